@@ -1,0 +1,55 @@
+"""AWQ-v2 reference implementation: read, write, check and explain AWQ-v2 files.
+
+>>> import reference                                    # doctest: +SKIP
+>>> reference.save("tiny.awq2", {"w": np.zeros((2, 3), np.float16)})
+>>> with reference.open("tiny.awq2") as f:
+...     f.tensor("w")
+
+The format itself is defined by the ``spec`` package and the published spec;
+this package cites requirement ids (``[HDR-4]``) instead of restating rules.
+"""
+
+from reference.errors import (
+    ChecksumError,
+    EntryError,
+    FormatError,
+    HeaderError,
+    IndexCorruptError,
+    LimitError,
+    MetadataError,
+    PaddingError,
+    TensorNameError,
+    TensorNotFoundError,
+    TrailerError,
+    TruncatedError,
+    UnsupportedError,
+    VersionError,
+)
+from reference.reader import Reader, open  # noqa: A004  (reference.open, like io.open)
+from reference.rules import TensorInfo
+from reference.writer import Writer, WriterStateError, save
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChecksumError",
+    "EntryError",
+    "FormatError",
+    "HeaderError",
+    "IndexCorruptError",
+    "LimitError",
+    "MetadataError",
+    "PaddingError",
+    "Reader",
+    "TensorInfo",
+    "TensorNameError",
+    "TensorNotFoundError",
+    "TrailerError",
+    "TruncatedError",
+    "UnsupportedError",
+    "VersionError",
+    "Writer",
+    "WriterStateError",
+    "open",
+    "save",
+]

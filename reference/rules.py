@@ -1,0 +1,247 @@
+"""The per-entry rules of AWQ-v2, shared by the writer, the lazy lookup and full validation.
+
+One function per concern, each raising the registered error for the first rule
+broken.  The writer runs the same checks on what it is asked to store, so a
+file the writer accepts to write is one the reader accepts to read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reference.errors import error
+from spec.constants import ALIGNMENT, MAX_DIMS, U64_MAX
+from spec.registry import (
+    DTYPE_BY_CODE,
+    LAYOUT_BY_CODE,
+    MARLIN_GROUP_SIZES,
+    QUANT_BITS,
+    SCALE_DTYPES,
+)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the index says about one tensor (``Reader.entry(name)``)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str
+    offset: int
+    length: int
+    data_crc: int
+    bits: int = 0
+    group_size: int = 0
+    k: int = 0
+    n: int = 0
+
+    @property
+    def quantized(self) -> bool:
+        return self.layout != "DENSE"
+
+    def to_dict(self) -> dict[str, object]:
+        """Stable keys for ``dump --json`` and the conformance adapter."""
+        out: dict[str, object] = {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "layout": self.layout,
+            "offset": self.offset,
+            "length": self.length,
+            "crc32c": f"{self.data_crc:08x}",
+        }
+        if self.quantized:
+            out.update(bits=self.bits, group_size=self.group_size, k=self.k, n=self.n)
+        return out
+
+
+def json_depth(value: object) -> int:
+    """Nesting depth of JSON arrays and objects (a scalar is 0), without recursion [LIM-5]."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def check_dims(ndim: int, *, offset: int) -> None:
+    """ndim within the limit [LIM-4], before the dims are read."""
+    if ndim > MAX_DIMS:
+        raise error(
+            "LIMIT_DIMS",
+            "too many dimensions",
+            offset=offset,
+            expected=f"ndim <= {MAX_DIMS}",
+            found=ndim,
+        )
+
+
+def check_payload(
+    shape: tuple[int, ...],
+    dtype_code: int,
+    data_offset: int,
+    data_length: int,
+    *,
+    slab_offset: int,
+    slab_end: int,
+    offset: int,
+) -> str:
+    """dtype, shape, length, alignment and bounds of one payload [ENT-4..6, SLAB-2, SLAB-3].
+
+    Returns the dtype name.  ``offset`` is the file offset of the entry, for errors.
+    """
+    dtype = DTYPE_BY_CODE.get(dtype_code)
+    if dtype is None:
+        raise error(
+            "BAD_DTYPE",
+            "unknown dtype code",
+            offset=offset,
+            expected=f"one of {sorted(DTYPE_BY_CODE)}",
+            found=dtype_code,
+        )
+    nbytes = element_count(shape) * dtype.itemsize  # Python int: cannot overflow [ENT-5]
+    if nbytes > U64_MAX:
+        raise error(
+            "BAD_SHAPE",
+            "shape x itemsize does not fit in 64 bits",
+            offset=offset,
+            expected="< 2**64",
+            found=f"{shape} x {dtype.itemsize}",
+        )
+    if data_length != nbytes:
+        raise error(
+            "BAD_LENGTH",
+            "data_length is not product(shape) x itemsize",
+            offset=offset,
+            expected=nbytes,
+            found=data_length,
+        )
+    if data_offset % ALIGNMENT:
+        raise error(
+            "MISALIGNED_OFFSET",
+            "payload offset not 64 KiB aligned",
+            offset=offset,
+            expected=f"multiple of {ALIGNMENT}",
+            found=data_offset,
+        )
+    if data_offset < slab_offset or data_offset + data_length > slab_end:
+        raise error(
+            "OUT_OF_BOUNDS",
+            "payload outside the slab",
+            offset=offset,
+            expected=f"[{slab_offset}, {slab_end})",
+            found=f"[{data_offset}, {data_offset + data_length})",
+        )
+    return dtype.name
+
+
+def expected_quant_shape(
+    layout: str, bits: int, group_size: int, k: int, n: int
+) -> tuple[int, ...]:
+    """The stored shape a quantised layout has for a layer [LAY-5]."""
+    pf = 32 // bits
+    groups = 1 if group_size == -1 else k // group_size
+    return {
+        "AWQ_QWEIGHT": (k, n // pf),
+        "AWQ_SCALES": (groups, n),
+        "AWQ_QZEROS": (groups, n // pf),
+        "MARLIN_QWEIGHT": (k // 16, n * 16 // pf),
+        "MARLIN_SCALES": (groups, n),
+        "MARLIN_QZEROS": (groups, n // pf),
+    }[layout]
+
+
+def marlin_shape_ok(k: int, n: int, bits: int, group_size: int) -> bool:
+    """Marlin's shape rules [LAY-8]: n % 64, k % 128, group size in the set and dividing k."""
+    return (
+        bits in QUANT_BITS
+        and n % 64 == 0
+        and k % 128 == 0
+        and group_size in MARLIN_GROUP_SIZES
+        and (group_size == -1 or k % group_size == 0)
+    )
+
+
+def check_layout(
+    layout_code: int,
+    dtype: str,
+    shape: tuple[int, ...],
+    bits: int,
+    group_size: int,
+    k: int,
+    n: int,
+    *,
+    offset: int,
+) -> str:
+    """Layout code and quantisation fields agree with dtype and shape [LAY-1..LAY-6].
+
+    Returns the layout name.
+    """
+    layout = LAYOUT_BY_CODE.get(layout_code)
+    if layout is None or layout.reserved:
+        raise error(
+            "BAD_LAYOUT",
+            "unknown or reserved layout code",
+            offset=offset,
+            expected="a non-reserved layout code",
+            found=layout_code,
+        )
+    if not layout.quantized:
+        if bits or group_size or k or n:
+            raise error(
+                "BAD_QUANT_FIELDS",
+                "DENSE entry with quantisation fields set",
+                offset=offset,
+                expected="bits = group_size = k = n = 0",
+                found=f"bits={bits} group_size={group_size} k={k} n={n}",
+            )
+        return layout.name
+
+    def bad(rule: str, expected: object, found: object) -> Exception:
+        return error(
+            "BAD_QUANT_FIELDS",
+            f"{layout.name}: {rule}",
+            offset=offset,
+            expected=expected,
+            found=found,
+        )
+
+    if bits not in QUANT_BITS:
+        raise bad("bits", "4 or 8", bits)
+    if k < 1 or n < 1:
+        raise bad("k and n", ">= 1", f"k={k} n={n}")
+    if group_size != -1 and (group_size < 1 or k % group_size):
+        raise bad("group_size divides k", f"-1 or a divisor of k={k}", group_size)
+    if n % (32 // bits):
+        raise bad("n % pack factor", f"multiple of {32 // bits}", n)
+    if layout.name.startswith("MARLIN_"):
+        if group_size not in MARLIN_GROUP_SIZES:
+            raise bad("Marlin group size", sorted(MARLIN_GROUP_SIZES), group_size)
+        if k % 128 or n % 64:
+            raise bad(
+                "Marlin shape rule k % 128 == 0 and n % 64 == 0",
+                "k % 128 == 0, n % 64 == 0",
+                f"k={k} n={n}",
+            )
+    want_dtype = SCALE_DTYPES if layout.role == "scales" else frozenset({"I32"})
+    if dtype not in want_dtype:
+        raise bad("dtype", sorted(want_dtype), dtype)
+    want_shape = expected_quant_shape(layout.name, bits, group_size, k, n)
+    if shape != want_shape:
+        raise bad("shape", list(want_shape), list(shape))
+    return layout.name

@@ -1,0 +1,445 @@
+"""Writing AWQ-v2 files: :func:`save` for a dict of arrays, :class:`Writer` for streaming.
+
+The writer streams every payload to a temporary file in the destination's
+folder as it is added, keeping only the index in memory (about 100 bytes per
+tensor plus its name), then writes the index, the trailer and the header, flushes
+to storage and renames the file into place [WR-2].  The bytes depend only on the
+tensors, their order and the metadata [WR-1].
+
+State machine: a writer is ``open`` until :meth:`Writer.close` (``closed``) or
+:meth:`Writer.abort` (``aborted``); any call out of that order raises
+:class:`WriterStateError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from reference import rules
+from reference.hashing import buckets_of, fnv1a_64_many
+from spec.algorithms import align_up, bucket_bits_for, crc32c
+from spec.constants import (
+    ALIGNMENT,
+    INDEX_SECTION_ALIGN,
+    MAGIC,
+    MAX_BUCKET_LENGTH,
+    MAX_METADATA_DEPTH,
+    MAX_METADATA_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_TENSORS,
+    SLAB_OFFSET,
+    VERSION_MAJOR,
+    VERSION_MINOR,
+)
+from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME
+from spec.schema import ENTRY_CRC_OFFSET, ENTRY_DTYPE, Header, Trailer
+
+#: Suffix of the temporary file a writer fills before it renames it into place.
+PARTIAL_SUFFIX = ".awq2-partial"
+_CHUNK = 16 << 20
+
+_NUMPY_TO_DTYPE = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "uint16": "U16",
+    "int16": "I16",
+    "uint32": "U32",
+    "int32": "I32",
+    "uint64": "U64",
+    "int64": "I64",
+    "float16": "F16",
+    "float32": "F32",
+    "float64": "F64",
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+}
+
+
+class WriterStateError(RuntimeError):
+    """A writer method called out of order (after close or abort)."""
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+    ABORTED = "aborted"
+
+
+def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:
+    """Canonical UTF-8 JSON of the metadata [META-1, META-2, WR-1]: sorted keys, no spaces."""
+    if metadata is None:
+        return b""
+    if not isinstance(metadata, Mapping):
+        raise TypeError("metadata must be a mapping (a JSON object)")
+    text = json.dumps(
+        metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+    raw = text.encode("utf-8")
+    if len(raw) > MAX_METADATA_LENGTH:
+        raise ValueError(
+            f"metadata is {len(raw)} bytes, over the limit {MAX_METADATA_LENGTH} [LIM-5]"
+        )
+    if rules.json_depth(metadata) > MAX_METADATA_DEPTH:
+        raise ValueError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels [LIM-5]")
+    return raw
+
+
+def dtype_name_of(array: np.ndarray) -> str:
+    """Registry dtype name of a NumPy array's element type."""
+    name = _NUMPY_TO_DTYPE.get(array.dtype.name)
+    if name is None:
+        raise TypeError(f"no AWQ-v2 dtype for NumPy dtype {array.dtype}")
+    return name
+
+
+class Writer:
+    """Streaming writer.  Use as a context manager; leaving the block normally publishes the file.
+
+    >>> with Writer("model.awq2", metadata={"config": {}}) as w:   # doctest: +SKIP
+    ...     w.add("lm_head.weight", weights)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None):
+        self.path = Path(path)
+        self._metadata = encode_metadata(metadata)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=PARTIAL_SUFFIX, dir=self.path.parent
+        )
+        self._tmp = Path(tmp)
+        self._file = os.fdopen(fd, "w+b")
+        self._cursor = SLAB_OFFSET  # next free 64 KiB boundary in the slab
+        self._names: list[bytes] = []
+        self._seen: set[bytes] = set()
+        self._records: list[tuple[int, ...]] = []
+        self._shapes: list[tuple[int, ...]] = []
+        self._state = _State.OPEN
+
+    # ------------------------------------------------------------------ adding tensors
+
+    def add(
+        self,
+        name: str,
+        array: ArrayLike,
+        *,
+        dtype: str | None = None,
+        layout: str = "DENSE",
+        bits: int = 0,
+        group_size: int = 0,
+        k: int = 0,
+        n: int = 0,
+    ) -> rules.TensorInfo:
+        """Append one tensor.  ``dtype`` overrides the registry type of a same-size array
+        (``dtype="BF16"`` for a ``uint16`` array holding bfloat16 bits)."""
+        arr = np.asarray(array)
+        natural = dtype_name_of(arr)
+        dtype_name = dtype or natural
+        spec_dtype = DTYPE_BY_NAME.get(dtype_name)
+        if spec_dtype is None:
+            raise ValueError(f"unknown dtype {dtype_name!r}; known: {sorted(DTYPE_BY_NAME)}")
+        if spec_dtype.itemsize != arr.dtype.itemsize:
+            raise ValueError(
+                f"dtype {dtype_name} has {spec_dtype.itemsize}-byte items, "
+                f"the array has {arr.dtype.itemsize}-byte items"
+            )
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        chunks = (raw[i : i + _CHUNK].data for i in range(0, raw.size, _CHUNK))
+        return self.add_bytes(
+            name,
+            dtype_name,
+            arr.shape,
+            chunks,
+            layout=layout,
+            bits=bits,
+            group_size=group_size,
+            k=k,
+            n=n,
+        )
+
+    def add_bytes(
+        self,
+        name: str,
+        dtype: str,
+        shape: Iterable[int],
+        chunks: Iterable[Any],
+        *,
+        layout: str = "DENSE",
+        bits: int = 0,
+        group_size: int = 0,
+        k: int = 0,
+        n: int = 0,
+    ) -> rules.TensorInfo:
+        """Append one tensor from an iterable of buffers (row-major, little-endian bytes).
+
+        The chunks are written as they come, so a payload never has to fit in memory.
+        """
+        self._require_open()
+        shape = tuple(int(d) for d in shape)
+        raw_name = self._check_name(name)
+        spec_layout = LAYOUT_BY_NAME.get(layout)
+        if spec_layout is None:
+            raise ValueError(f"unknown layout {layout!r}; known: {sorted(LAYOUT_BY_NAME)}")
+        if len(self._names) >= MAX_TENSORS:
+            raise ValueError(f"more than max_tensors = {MAX_TENSORS} tensors [LIM-2]")
+        rules.check_dims(len(shape), offset=0)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        itemsize = DTYPE_BY_NAME[dtype].itemsize
+        length = rules.element_count(shape) * itemsize
+        offset = self._cursor
+        # Entry rules the reader will apply [ENT-7]; the slab end is not known yet.
+        rules.check_payload(
+            shape,
+            DTYPE_BY_NAME[dtype].code,
+            offset,
+            length,
+            slab_offset=SLAB_OFFSET,
+            slab_end=offset + length,
+            offset=0,
+        )
+        rules.check_layout(spec_layout.code, dtype, shape, bits, group_size, k, n, offset=0)
+
+        crc, written = 0, 0
+        self._file.seek(offset)
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            if written + len(view) > length:
+                self._fail_payload(offset)
+                raise ValueError(f"{name!r}: more than the {length} bytes its shape needs")
+            self._file.write(view)
+            crc = crc32c(view, crc)
+            written += len(view)
+        if written != length:
+            self._fail_payload(offset)
+            raise ValueError(f"{name!r}: got {written} bytes, its shape needs {length}")
+        if length:
+            self._cursor = align_up(offset + length, ALIGNMENT)  # [SLAB-5]
+        self._names.append(raw_name)
+        self._seen.add(raw_name)
+        self._shapes.append(shape)
+        self._records.append(
+            (
+                offset,
+                length,
+                DTYPE_BY_NAME[dtype].code,
+                spec_layout.code,
+                bits,
+                group_size,
+                k,
+                n,
+                crc,
+            )
+        )
+        return rules.TensorInfo(
+            name, dtype, shape, layout, offset, length, crc, bits, group_size, k, n
+        )
+
+    def _check_name(self, name: str) -> bytes:
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names are str, got {type(name).__name__}")
+        raw = name.encode("utf-8")  # a str with lone surrogates raises here [NAME-2]
+        if not raw:
+            raise ValueError("empty tensor name [NAME-1]")
+        if len(raw) > MAX_NAME_LENGTH:
+            raise ValueError(
+                f"name of {len(raw)} bytes, over max_name_length {MAX_NAME_LENGTH} [LIM-3]"
+            )
+        if raw in self._seen:
+            raise ValueError(f"duplicate tensor name {name!r} [NAME-3]")
+        return raw
+
+    def _fail_payload(self, offset: int) -> None:
+        """Forget a half-written payload: the next one overwrites it, then truncate."""
+        self._file.truncate(offset)
+
+    # ------------------------------------------------------------------ finishing
+
+    def close(self) -> Path:
+        """Write index, trailer and header, flush to storage, rename into place."""
+        self._require_open()
+        try:
+            self._finish()
+        except BaseException:
+            self.abort()
+            raise
+        self._state = _State.CLOSED
+        return self.path
+
+    def abort(self) -> None:
+        """Drop everything written; the destination is left as it was."""
+        if self._state is _State.CLOSED:
+            raise WriterStateError("abort() after close()")
+        self._state = _State.ABORTED
+        if not self._file.closed:
+            self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> Writer:
+        self._require_open()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._state is not _State.OPEN:
+            return
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is _State.OPEN:
+            self.abort()
+
+    def _require_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise WriterStateError(f"writer is {self._state.value}")
+
+    def _finish(self) -> None:
+        index, counts = self._build_index()
+        index_offset = self._cursor
+        self._file.truncate(index_offset)  # zero padding up to the index [PAD-2]
+        self._file.seek(index_offset)
+        self._file.write(index)
+        header_fields = dict(
+            magic=MAGIC,
+            version_major=VERSION_MAJOR,
+            version_minor=VERSION_MINOR,
+            reserved0=bytes(4),
+            required_flags=0,
+            optional_flags=0,
+            alignment=ALIGNMENT,
+            slab_offset=SLAB_OFFSET,
+            index_offset=index_offset,
+            index_length=len(index),
+            file_size=index_offset + len(index) + 32,
+            tensor_count=len(self._names),
+            dims_count=counts["dims"],
+            names_length=counts["names"],
+            metadata_length=len(self._metadata),
+            bucket_bits=counts["bucket_bits"],
+            reserved1=bytes(3),
+            index_crc=crc32c(index),
+            metadata_crc=crc32c(self._metadata),
+            reserved2=bytes(8),
+        )
+        header = Header.build(dict(fields=dict(value=header_fields)))
+        header_crc = int.from_bytes(header[-4:], "little")
+        trailer = Trailer.build(
+            dict(
+                fields=dict(
+                    value=dict(
+                        index_offset=index_offset, index_length=len(index), header_crc=header_crc
+                    )
+                )
+            )
+        )
+        self._file.write(trailer)
+        self._file.seek(0)
+        self._file.write(header)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+        _fsync_dir(self.path.parent)
+
+    def _build_index(self) -> tuple[bytes, dict[str, int]]:
+        count = len(self._names)
+        bucket_bits = bucket_bits_for(count)
+        lengths = np.fromiter((len(nm) for nm in self._names), dtype=np.int64, count=count)
+        pool = np.frombuffer(b"".join(self._names), dtype=np.uint8)
+        offsets = np.zeros(count, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        hashes = fnv1a_64_many(pool, offsets.astype(np.uint64), lengths)
+        buckets = buckets_of(hashes, bucket_bits)
+        bucket_list = buckets.tolist()
+        order = sorted(range(count), key=lambda i: (bucket_list[i], self._names[i]))  # [IDX-8]
+        per_bucket = np.bincount(buckets.astype(np.int64), minlength=1 << bucket_bits)
+        if count and per_bucket.max() > MAX_BUCKET_LENGTH:
+            raise ValueError(
+                f"{per_bucket.max()} names share one hash bucket, over "
+                f"max_bucket_length {MAX_BUCKET_LENGTH} [LIM-6]"
+            )
+        table = np.zeros((1 << bucket_bits) + 1, dtype="<u4")
+        np.cumsum(per_bucket, out=table[1:])
+
+        entries = np.zeros(count, dtype=ENTRY_DTYPE)
+        names = [self._names[i] for i in order]
+        shapes = [self._shapes[i] for i in order]
+        records = np.array([self._records[i] for i in order], dtype=np.int64).reshape(count, 9)
+        ndims = np.fromiter((len(s) for s in shapes), dtype=np.int64, count=count)
+        name_lengths = lengths[order]
+        entries["name_hash"] = hashes[order]
+        entries["data_offset"] = records[:, 0]
+        entries["data_length"] = records[:, 1]
+        entries["name_offset"][1:] = np.cumsum(name_lengths)[:-1]  # [ENT-2]
+        entries["dims_index"][1:] = np.cumsum(ndims)[:-1]  # [ENT-3]
+        entries["name_length"] = name_lengths
+        for column, field in enumerate(
+            ("dtype", "layout", "bits", "group_size", "k", "n", "data_crc"), start=2
+        ):
+            entries[field] = records[:, column]
+        entries["ndim"] = ndims
+        dims = np.array([d for s in shapes for d in s], dtype="<u8")
+        raw_entries = entries.view(np.uint8).reshape(count, -1)
+        dims_bytes = dims.view(np.uint8)
+        dim_start = 0
+        for i in range(count):  # [ENT-9]
+            nd = int(ndims[i])
+            crc = crc32c(
+                raw_entries[i, :ENTRY_CRC_OFFSET].tobytes()
+                + names[i]
+                + dims_bytes[8 * dim_start : 8 * (dim_start + nd)].tobytes()
+            )
+            entries["entry_crc"][i] = crc
+            dim_start += nd
+        table_bytes = table.tobytes()
+        pad = bytes(align_up(len(table_bytes), INDEX_SECTION_ALIGN) - len(table_bytes))
+        index = b"".join(
+            (table_bytes, pad, entries.tobytes(), dims.tobytes(), b"".join(names), self._metadata)
+        )
+        return index, {
+            "dims": int(ndims.sum()),
+            "names": int(lengths.sum()),
+            "bucket_bits": bucket_bits,
+        }
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, NDArray[Any]],
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a dict of NumPy arrays (like ``safetensors.numpy.save_file``), in dict order."""
+    with Writer(path, metadata=metadata) as writer:
+        for name, array in tensors.items():
+            writer.add(name, array)
+    return writer.path
+
+
+__all__ = ["PARTIAL_SUFFIX", "Writer", "WriterStateError", "encode_metadata", "save"]

@@ -1,0 +1,379 @@
+"""Every normative statement of the AWQ-v2 2.0 specification, with its stable id.
+
+The spec text (``docs/spec/format.md``) renders these statements from here, so
+the id, the RFC 2119 keyword and the words are written once.  Code comments,
+tests and conformance vectors cite the ids.  Ids are never reused or renumbered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Requirement:
+    id: str
+    level: str  #: "MUST", "SHOULD" or "MAY" (RFC 2119)
+    text: str
+
+
+def _r(rid: str, level: str, text: str) -> Requirement:
+    return Requirement(rid, level, text)
+
+
+REQUIREMENTS: tuple[Requirement, ...] = (
+    # ---- file
+    _r(
+        "FILE-1",
+        "MUST",
+        "A reader MUST reject a file that ends before a structure it has to read "
+        "(the 128-byte header, the trailer, the index region, a payload) with `TRUNCATED`, "
+        "and MUST NOT read past the end of the file.",
+    ),
+    _r("FILE-2", "MUST", "The header's `file_size` MUST equal the length of the file."),
+    _r(
+        "FILE-3",
+        "MUST",
+        "Every integer in the file MUST be little-endian; offsets and lengths are u64.",
+    ),
+    _r(
+        "FILE-4",
+        "MUST",
+        "A file MUST consist of the header, zero padding to `0x10000`, the slab, "
+        "the index region and the trailer, in that order, with no other bytes: "
+        "`index_offset + index_length + 32 == file_size`.",
+    ),
+    # ---- header
+    _r("HDR-1", "MUST", "The first 8 bytes MUST be `89 41 57 51 0D 0A 1A 0A`."),
+    _r("HDR-2", "MUST", "`alignment` MUST be 65536 and `slab_offset` MUST be `0x10000`."),
+    _r("HDR-3", "MUST", "`index_offset` MUST be a multiple of 65536 and at least `slab_offset`."),
+    _r(
+        "HDR-4",
+        "MUST",
+        "`header_crc` MUST equal the CRC-32C of header bytes 0 to 123; a reader "
+        "MUST check it on every open, after the version and before any other field is trusted.",
+    ),
+    _r(
+        "HDR-5",
+        "MUST",
+        "A writer MUST write reserved bytes as zero. A reader MUST reject non-zero "
+        "reserved header bytes when the file's minor version is not greater than the reader's, and "
+        "MUST ignore them otherwise.",
+    ),
+    # ---- versioning
+    _r(
+        "VER-1",
+        "MUST",
+        "A writer of this specification MUST write `version_major = 2` and "
+        "`version_minor = 0`. A reader MUST accept every minor version of major version 2.",
+    ),
+    _r(
+        "VER-2",
+        "MUST",
+        "A reader MUST reject a major version other than 2 with "
+        "`UNSUPPORTED_VERSION`, checked right after the magic.",
+    ),
+    _r(
+        "VER-3",
+        "MUST",
+        "A reader MUST reject a file with a `required_flags` bit it does not "
+        "implement (`UNKNOWN_REQUIRED_FLAG`). Version 2.0 defines no flag: a 2.0 reader rejects "
+        "every set bit.",
+    ),
+    _r("VER-4", "MUST", "A reader MUST ignore `optional_flags` bits it does not know."),
+    _r(
+        "VER-5",
+        "MUST",
+        "A later minor version MUST stay readable by an earlier 2.x reader that "
+        "ignores what it does not know; a feature that such a reader cannot ignore safely MUST set "
+        "a required flag.",
+    ),
+    # ---- padding
+    _r("PAD-1", "MUST", "Bytes 128 to `0xFFFF` MUST be zero."),
+    _r("PAD-2", "MUST", "Every byte of the slab that lies in no payload MUST be zero."),
+    _r("PAD-3", "MUST", "The padding after the bucket table MUST be zero."),
+    _r(
+        "PAD-4",
+        "MUST",
+        "Full validation MUST check every padding byte (PAD-1 to PAD-3); a file "
+        "that hides bytes in padding is rejected with `NONZERO_PADDING`.",
+    ),
+    # ---- slab
+    _r("SLAB-1", "MUST", "The slab MUST start at `slab_offset` and end at `index_offset`."),
+    _r("SLAB-2", "MUST", "Every `data_offset` MUST be a multiple of 65536."),
+    _r(
+        "SLAB-3",
+        "MUST",
+        "Every payload MUST lie in the slab: `slab_offset <= data_offset` and "
+        "`data_offset + data_length <= index_offset`, computed without overflow.",
+    ),
+    _r("SLAB-4", "MUST", "Payloads MUST NOT overlap."),
+    _r(
+        "SLAB-5",
+        "MUST",
+        "Payloads MUST be packed: taken in offset order, the first non-empty "
+        "payload starts at `slab_offset` and each next one at the first 64 KiB boundary at or "
+        "after the end of the previous one; `index_offset` is the first 64 KiB boundary at or after "
+        "the end of the last one (`slab_offset` when there is none).",
+    ),
+    _r(
+        "SLAB-6",
+        "SHOULD",
+        "A writer SHOULD place payloads in the order the tensors were given, so "
+        "that a loader reading in model order reads the file front to back.",
+    ),
+    # ---- index
+    _r(
+        "IDX-1",
+        "MUST",
+        "The index region MUST start at `index_offset` and end where the trailer begins.",
+    ),
+    _r(
+        "IDX-2",
+        "MUST",
+        "The index region MUST hold, in this order and with no other bytes: the "
+        "bucket table, zero padding to a multiple of 8 bytes, the entries, the dims, the name pool, "
+        "the metadata.",
+    ),
+    _r(
+        "IDX-3",
+        "MUST",
+        "`index_length` MUST equal `align8(4 * (2**bucket_bits + 1)) + "
+        "64 * tensor_count + 8 * dims_count + names_length + metadata_length`.",
+    ),
+    _r(
+        "IDX-4",
+        "MUST",
+        "`index_crc` MUST equal the CRC-32C of the whole index region; full "
+        "validation MUST check it.",
+    ),
+    _r(
+        "IDX-5",
+        "MUST",
+        "`bucket_bits` MUST be the smallest b with `2**b >= tensor_count` (0 for "
+        "0 or 1 tensors). The bucket table MUST hold `2**bucket_bits + 1` u32 values, start at 0, "
+        "never decrease, and end at `tensor_count`.",
+    ),
+    _r(
+        "IDX-6",
+        "MUST",
+        "The entries of bucket i MUST be exactly entries `buckets[i]` to `buckets[i+1] - 1`.",
+    ),
+    _r("IDX-7", "MUST", "`name_hash` MUST equal the FNV-1a 64 hash of the name's UTF-8 bytes."),
+    _r(
+        "IDX-8",
+        "MUST",
+        "An entry's bucket MUST be `(name_hash ^ (name_hash >> 32)) & "
+        "(2**bucket_bits - 1)`; inside a bucket, names MUST be in strictly ascending bytewise order.",
+    ),
+    _r(
+        "IDX-9",
+        "MUST",
+        "A reader looking a name up MUST check that its bucket's bounds are "
+        "ordered, within `tensor_count` and at most `max_bucket_length` apart, MUST check the "
+        "`entry_crc` of every entry it reads, and MUST check that the entries just outside the "
+        "bucket belong to other buckets, before it reports a tensor found or absent.",
+    ),
+    # ---- entries
+    _r("ENT-1", "MUST", "An entry's `flags` MUST be zero."),
+    _r(
+        "ENT-2",
+        "MUST",
+        "Names MUST be stored in entry order with no gaps: the first entry's "
+        "`name_offset` is 0, each next one is the previous `name_offset + name_length`, and the "
+        "lengths add up to `names_length`.",
+    ),
+    _r(
+        "ENT-3",
+        "MUST",
+        "Shapes MUST be stored in entry order with no gaps: the first entry's "
+        "`dims_index` is 0, each next one is the previous `dims_index + ndim`, and the ndims add up "
+        "to `dims_count`.",
+    ),
+    _r("ENT-4", "MUST", "`dtype` MUST be a code of the dtype registry."),
+    _r(
+        "ENT-5",
+        "MUST",
+        "The product of the dimensions times the item size MUST fit in 64 bits; "
+        "a reader MUST compute it without overflow.",
+    ),
+    _r(
+        "ENT-6",
+        "MUST",
+        "`data_length` MUST equal the product of the dimensions times the item "
+        "size (1 for a 0-d tensor).",
+    ),
+    _r(
+        "ENT-7",
+        "MUST",
+        "Before it hands out a payload, a reader MUST have checked that entry's "
+        "fields (ENT-4 to ENT-6, SLAB-2, SLAB-3, LAY-1 to LAY-6).",
+    ),
+    _r(
+        "ENT-8",
+        "MUST",
+        "A payload MUST be the tensor's elements in row-major (C) order for "
+        "DENSE, or the bytes its layout defines, little-endian, with no header of its own.",
+    ),
+    _r(
+        "ENT-9",
+        "MUST",
+        "`entry_crc` MUST equal the CRC-32C of entry bytes 0 to 59, followed by the "
+        "name bytes, followed by the entry's dims as u64.",
+    ),
+    _r(
+        "ENT-10",
+        "MUST",
+        "`data_crc` MUST equal the CRC-32C of the payload; a reader MUST check it "
+        "when asked to verify, and SHOULD offer a way to ask.",
+    ),
+    # ---- names
+    _r("NAME-1", "MUST", "A name MUST NOT be empty."),
+    _r("NAME-2", "MUST", "A name MUST be valid UTF-8."),
+    _r("NAME-3", "MUST", "Names MUST be unique in a file."),
+    _r(
+        "NAME-4",
+        "SHOULD",
+        "The tensors of a quantised linear layer SHOULD keep AutoAWQ's names: "
+        "`<prefix>.qweight`, `<prefix>.scales`, `<prefix>.qzeros`, `<prefix>.bias`.",
+    ),
+    # ---- layouts
+    _r("LAY-1", "MUST", "`layout` MUST be a code of the layout registry that is not reserved."),
+    _r("LAY-2", "MUST", "A DENSE entry MUST have `bits`, `group_size`, `k` and `n` all 0."),
+    _r("LAY-3", "MUST", "A quantised entry MUST have `bits` 4 or 8, and `k`, `n` at least 1."),
+    _r(
+        "LAY-4",
+        "MUST",
+        "A quantised entry's `group_size` MUST be -1 or a positive divisor of `k`; "
+        "a MARLIN_* entry's MUST be one of -1, 32, 64, 128.",
+    ),
+    _r(
+        "LAY-5",
+        "MUST",
+        "A quantised entry's dtype and shape MUST be those its layout's row of the "
+        "layout table gives for its k, n, bits and group size.",
+    ),
+    _r(
+        "LAY-6",
+        "MUST",
+        "Scales MUST be F16, BF16 or F32, recorded as stored; a writer MUST NOT "
+        "convert them silently.",
+    ),
+    _r(
+        "LAY-7",
+        "MUST",
+        "The qweight, scales and qzeros of one layer MUST record the same k, n, "
+        "bits and group size, and all three MUST be MARLIN_* or all three AWQ_*.",
+    ),
+    _r(
+        "LAY-8",
+        "MUST",
+        "A writer MUST store a layer in the MARLIN_* layouts when it meets Marlin's "
+        "shape rules (`n % 64 == 0`, `k % 128 == 0`, group size in {-1, 32, 64, 128} dividing k) "
+        "and in the AWQ_* layouts otherwise.",
+    ),
+    _r(
+        "LAY-9",
+        "MAY",
+        "A reader MAY leave 8-bit MARLIN_* layers unsupported; it MUST then refuse "
+        "such a layer when asked for it, and MUST still open the file.",
+    ),
+    # ---- trailer
+    _r("TRL-1", "MUST", "The last 8 bytes MUST be `89 41 57 51 45 4E 44 0A`."),
+    _r("TRL-2", "MUST", "`trailer_crc` MUST equal the CRC-32C of trailer bytes 0 to 19."),
+    _r(
+        "TRL-3",
+        "MUST",
+        "The trailer's `index_offset`, `index_length` and `header_crc` MUST equal the header's.",
+    ),
+    # ---- metadata
+    _r(
+        "META-1",
+        "MUST",
+        "`metadata_length` 0 means no metadata; otherwise the metadata MUST be "
+        "UTF-8 without a byte order mark.",
+    ),
+    _r(
+        "META-2",
+        "MUST",
+        "The metadata MUST be one JSON object (RFC 8259) with no duplicate keys "
+        "at any level and no NaN or Infinity.",
+    ),
+    _r(
+        "META-3",
+        "SHOULD",
+        "A converter SHOULD record the source checkpoint's `config.json` under "
+        "`config`, its quantisation config under `quantization_config` and the source files under "
+        "`provenance`.",
+    ),
+    _r(
+        "META-4",
+        "MUST",
+        "`metadata_crc` MUST equal the CRC-32C of the metadata bytes (0 when "
+        "there are none); a reader MUST check it before it parses the metadata.",
+    ),
+    # ---- limits
+    _r(
+        "LIM-1",
+        "MUST",
+        "A writer MUST NOT exceed a limit; a reader MUST reject a file that does, "
+        "before it allocates memory sized by the offending field.",
+    ),
+    _r("LIM-2", "MUST", "`tensor_count` MUST NOT exceed `max_tensors`."),
+    _r("LIM-3", "MUST", "A name MUST NOT be longer than `max_name_length` bytes."),
+    _r("LIM-4", "MUST", "`ndim` MUST NOT exceed `max_dims`."),
+    _r(
+        "LIM-5",
+        "MUST",
+        "The metadata MUST NOT be longer than `max_metadata_length` bytes nor nest "
+        "arrays and objects deeper than `max_metadata_depth`.",
+    ),
+    _r("LIM-6", "MUST", "No bucket MUST hold more than `max_bucket_length` entries."),
+    _r("LIM-7", "MUST", "`bucket_bits` MUST NOT exceed `max_bucket_bits`."),
+    # ---- checksums
+    _r(
+        "CRC-1",
+        "MUST",
+        "Every checksum MUST be CRC-32C (Castagnoli: reflected polynomial "
+        '`0x82F63B78`, initial value and final XOR `0xFFFFFFFF`); `CRC-32C("123456789") = '
+        "0xE3069283`.",
+    ),
+    # ---- reading
+    _r(
+        "RD-1",
+        "MUST",
+        "Opening a file MUST check, in this order: size at least header + trailer, "
+        "magic, major version, header checksum, required flags, reserved bytes, fixed fields, "
+        "limits, file size, index placement and length, trailer magic, trailer checksum, trailer "
+        "agreement. These checks read only the header and the trailer.",
+    ),
+    _r(
+        "RD-2",
+        "MUST",
+        "Full validation MUST check, after RD-1 and in this order: the index "
+        "checksum, the bucket table, every entry (fields, checksum, name, hash, bucket and order, "
+        "shape, length, layout, bounds), payload placement (overlap, packing), padding, metadata.",
+    ),
+    _r(
+        "RD-3",
+        "MUST",
+        "Every failure MUST be reported with exactly one code of the error registry, "
+        "the offset of the offending bytes, and what was expected and found.",
+    ),
+    # ---- writing
+    _r(
+        "WR-1",
+        "MUST",
+        "A writer MUST be deterministic: the same tensors, in the same order, with "
+        "the same metadata, give the same bytes.",
+    ),
+    _r(
+        "WR-2",
+        "SHOULD",
+        "A writer SHOULD publish atomically (write a temporary file in the "
+        "destination's folder, flush it to storage, rename it), so that the destination never "
+        "holds a partial file.",
+    ),
+)
+
+REQUIREMENT_BY_ID = {r.id: r for r in REQUIREMENTS}
