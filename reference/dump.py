@@ -1,0 +1,259 @@
+"""``python -m reference.dump FILE``: explain an AWQ-v2 file, valid or not.
+
+Exit status:
+
+* 0 the file is valid (and, with ``--verify``, every payload checksum matches);
+* 1 the file is not valid: the error code, offset and message are printed;
+* 2 usage error (bad arguments, unknown ``--tensor`` name);
+* 3 the file cannot be read at all (missing, a folder, no permission).
+
+``--json`` prints one JSON document with stable keys on stdout instead of text.
+Names are printed with control and format characters escaped (``\\x1b``,
+``\\u202e``), so a hostile name cannot rewrite the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import unicodedata
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+import numpy as np
+
+from reference.errors import FormatError, TensorNotFoundError
+from reference.reader import Reader
+from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+
+
+def escape(text: str) -> str:
+    """Escape control (Cc) and format (Cf) characters, e.g. ESC and bidi overrides."""
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cf") or ch == "\\":
+            code = ord(ch)
+            out.append(
+                "\\\\" if ch == "\\" else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+            )
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def hexdump(data: bytes, start: int) -> list[str]:
+    """Classic 16-bytes-a-line dump with absolute offsets."""
+    lines = []
+    for i in range(0, len(data), 16):
+        row = data[i : i + 16]
+        hexes = " ".join(f"{b:02x}" for b in row)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
+        lines.append(f"{start + i:08x}  {hexes:<47}  |{text}|")
+    return lines
+
+
+def summary(reader: Reader, *, verified: bool) -> dict[str, Any]:
+    """The ``--json`` document of a valid file (stable keys)."""
+    h = reader.header
+    return {
+        "valid": True,
+        "verified": verified,
+        "path": str(reader.path),
+        "format_version": f"{h['version_major']}.{h['version_minor']}",
+        "file_size": reader.file_size,
+        "slab_offset": h["slab_offset"],
+        "alignment": h["alignment"],
+        "index_offset": h["index_offset"],
+        "index_length": h["index_length"],
+        "required_flags": h["required_flags"],
+        "optional_flags": h["optional_flags"],
+        "tensor_count": h["tensor_count"],
+        "metadata": reader.metadata,
+        "tensors": [info.to_dict() for info in reader.entries()],
+    }
+
+
+def _print_text(doc: dict[str, Any], out: TextIO) -> None:
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p(f"AWQ-v2 file {escape(doc['path'])}")
+    p(f"  format version   {doc['format_version']}")
+    p(f"  file size        {doc['file_size']:,} bytes")
+    p(f"  alignment        {doc['alignment']} (slab at 0x{doc['slab_offset']:x})")
+    p(f"  index            0x{doc['index_offset']:x}, {doc['index_length']:,} bytes")
+    flags = f"required 0x{doc['required_flags']:x}, optional 0x{doc['optional_flags']:x}"
+    p(f"  flags            {flags}")
+    p(f"  tensors          {doc['tensor_count']}")
+    if doc["verified"]:
+        p("  checksums        every payload verified")
+    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True)
+    meta_lines = meta.splitlines()
+    p(
+        f"  metadata         {len(meta_lines)} lines"
+        if doc["metadata"]
+        else "  metadata         none"
+    )
+    for line in meta_lines[:40] if doc["metadata"] else []:
+        p(f"    {line}")
+    if len(meta_lines) > 40:
+        p(f"    ... {len(meta_lines) - 40} more lines (use --json)")
+    if not doc["tensors"]:
+        return
+    p("")
+    rows = [
+        (
+            f"0x{t['offset']:x}",
+            f"{t['length']:,}",
+            t["dtype"],
+            "x".join(map(str, t["shape"])) or "()",
+            t["layout"]
+            + (f" {t['bits']}b g{t['group_size']} k{t['k']} n{t['n']}" if "k" in t else ""),
+            escape(t["name"]),
+        )
+        for t in doc["tensors"]
+    ]
+    header = ("offset", "bytes", "dtype", "shape", "layout", "name")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        p("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[5])
+
+
+def _tensor_report(reader: Reader, name: str, out: TextIO) -> None:
+    info = reader.entry(name)
+    array = reader.tensor(name)
+    print(f"tensor {escape(name)}: {json.dumps(info.to_dict(), ensure_ascii=True)}", file=out)
+    if info.dtype == "BF16":
+        values = (array.astype(np.uint32) << 16).view(np.float32)
+    else:
+        values = array
+    if values.size and values.dtype.kind in "biuf":
+        as_float = values.astype(np.float64)
+        print(
+            f"  min {as_float.min():.6g}  max {as_float.max():.6g}  "
+            f"mean {as_float.mean():.6g}  std {as_float.std():.6g}  elements {values.size}",
+            file=out,
+        )
+    with np.printoptions(threshold=64, edgeitems=4, linewidth=100):
+        print(f"  values:\n{values!r}", file=out)
+
+
+def _hexdumps(path: str, size: int, out: TextIO) -> None:
+    with open(path, "rb") as f:
+        head = f.read(HEADER_SIZE)
+        f.seek(max(size - TRAILER_SIZE, 0))
+        tail = f.read(TRAILER_SIZE)
+    print("header:", file=out)
+    for line in hexdump(head, 0):
+        print("  " + line, file=out)
+    print("trailer:", file=out)
+    for line in hexdump(tail, max(size - TRAILER_SIZE, 0)):
+        print("  " + line, file=out)
+
+
+def _raw_header(path: str) -> dict[str, Any] | None:
+    """Header fields parsed without any check, to help explain an invalid file."""
+    with open(path, "rb") as f:
+        data = f.read(HEADER_SIZE)
+    if len(data) < HeaderFields.sizeof():
+        return None
+    try:
+        parsed = HeaderFields.parse(data[: HeaderFields.sizeof()])
+    except Exception:  # magic mismatch: construct's Const raises; show nothing
+        return None
+    return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in parsed.items() if k != "_io"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m reference.dump",
+        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table. "
+        "The file is fully validated first; an invalid file prints its error code, offset and "
+        "message and exits 1.",
+        epilog="exit status: 0 valid, 1 invalid file, 2 usage error, 3 unreadable file",
+    )
+    parser.add_argument("file", help="the .awq2 file")
+    parser.add_argument("--json", action="store_true", help="one JSON document with stable keys")
+    parser.add_argument("--verify", action="store_true", help="also check every payload checksum")
+    parser.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
+    parser.add_argument("--hexdump", action="store_true", help="hex dump of the header and trailer")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        reader = Reader(args.file, validate=True)
+    except FormatError as exc:
+        return _report_invalid(args, exc, out)
+    except OSError as exc:
+        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_IO
+    with reader:
+        try:
+            if args.verify:
+                reader.verify()
+            doc = summary(reader, verified=args.verify)
+        except FormatError as exc:
+            return _report_invalid(args, exc, out)
+        if args.json:
+            json.dump(doc, out, indent=2, ensure_ascii=True)
+            print(file=out)
+        else:
+            _print_text(doc, out)
+        if args.hexdump and not args.json:
+            _hexdumps(args.file, reader.file_size, out)
+        if args.tensor is not None:
+            try:
+                _tensor_report(reader, args.tensor, out)
+            except TensorNotFoundError:
+                print(f"error: no tensor named {escape(args.tensor)!r}", file=sys.stderr)
+                return EXIT_USAGE
+    return EXIT_OK
+
+
+def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> int:
+    if args.json:
+        doc = {
+            "valid": False,
+            "path": args.file,
+            "error": exc.to_dict(),
+            "header": _raw_header(args.file),
+        }
+        json.dump(doc, out, indent=2, ensure_ascii=True, default=str)
+        print(file=out)
+        return EXIT_INVALID
+    where = f"0x{exc.offset:x}" if exc.offset is not None else "?"
+    print(f"INVALID {escape(args.file)}", file=out)
+    print(f"  error    {exc.code}", file=out)
+    print(f"  offset   {where}" + (f" ({exc.offset})" if exc.offset is not None else ""), file=out)
+    print(f"  message  {escape(exc.message)}", file=out)
+    if exc.expected is not None or exc.found is not None:
+        print(f"  expected {escape(str(exc.expected))}", file=out)
+        print(f"  found    {escape(str(exc.found))}", file=out)
+    if exc.requirements:
+        print(f"  see      {', '.join(exc.requirements)}", file=out)
+    raw = _raw_header(args.file)
+    if raw:
+        print("  header fields as stored (unvalidated):", file=out)
+        for key, value in raw.items():
+            print(f"    {key:<16} {value}", file=out)
+    if args.hexdump:
+        _hexdumps(args.file, os.path.getsize(args.file), out)
+    return EXIT_INVALID
+
+
+def _entry_point() -> int:
+    """Console-script entry: like main(), but quiet when stdout is closed early (`| head`)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(_entry_point())
