@@ -1,0 +1,168 @@
+"""Byte-level editing of AWQ-v2 files, for making must-reject vectors and malformed-input tests.
+
+A :class:`FileEditor` changes one field of a valid file and then (by default)
+recomputes every checksum that covers it, so the file breaks exactly the rule
+under test and no other check fires first.  It depends on ``spec`` only: the
+field offsets come from the construct schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from spec.algorithms import align_up, crc32c
+from spec.constants import INDEX_SECTION_ALIGN
+from spec.schema import (
+    ENTRY_CRC_OFFSET,
+    ENTRY_DTYPE,
+    ENTRY_SIZE,
+    HEADER_CRC_OFFSET,
+    HEADER_DTYPE,
+    TRAILER_CRC_OFFSET,
+    TRAILER_DTYPE,
+    TRAILER_SIZE,
+)
+
+
+class FileEditor:
+    """A mutable copy of a file's bytes with field-level setters."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = bytearray(data)
+
+    # ------------------------------------------------------------------ locating
+
+    @property
+    def header(self) -> Any:
+        return np.frombuffer(self.data, HEADER_DTYPE, 1, 0)[0]
+
+    def h(self, field: str) -> int:
+        return int(self.header[field])
+
+    @property
+    def trailer_offset(self) -> int:
+        return len(self.data) - TRAILER_SIZE
+
+    @property
+    def index_offset(self) -> int:
+        return self.h("index_offset")
+
+    @property
+    def buckets_offset(self) -> int:
+        return self.index_offset
+
+    @property
+    def entries_offset(self) -> int:
+        slots = (1 << self.h("bucket_bits")) + 1
+        return self.index_offset + align_up(4 * slots, INDEX_SECTION_ALIGN)
+
+    @property
+    def dims_offset(self) -> int:
+        return self.entries_offset + ENTRY_SIZE * self.h("tensor_count")
+
+    @property
+    def names_offset(self) -> int:
+        return self.dims_offset + 8 * self.h("dims_count")
+
+    @property
+    def metadata_offset(self) -> int:
+        return self.names_offset + self.h("names_length")
+
+    def entries(self) -> Any:
+        """Writable structured view of the entry array."""
+        return np.frombuffer(self.data, ENTRY_DTYPE, self.h("tensor_count"), self.entries_offset)
+
+    def entry_offset(self, i: int) -> int:
+        return self.entries_offset + ENTRY_SIZE * i
+
+    def entry_of(self, name: str) -> int:
+        """Position of the entry called ``name``."""
+        raw = name.encode("utf-8")
+        for i, e in enumerate(self.entries()):
+            start = self.names_offset + int(e["name_offset"])
+            if bytes(self.data[start : start + int(e["name_length"])]) == raw:
+                return i
+        raise KeyError(name)
+
+    def name_range(self, i: int) -> tuple[int, int]:
+        e = self.entries()[i]
+        start = self.names_offset + int(e["name_offset"])
+        return start, start + int(e["name_length"])
+
+    # ------------------------------------------------------------------ editing
+
+    def set_header(self, **fields: Any) -> FileEditor:
+        view = np.frombuffer(self.data, HEADER_DTYPE, 1, 0)
+        for name, value in fields.items():
+            view[0][name] = value
+        return self
+
+    def set_trailer(self, **fields: Any) -> FileEditor:
+        view = np.frombuffer(self.data, TRAILER_DTYPE, 1, self.trailer_offset)
+        for name, value in fields.items():
+            view[0][name] = value
+        return self
+
+    def set_entry(self, i: int, **fields: Any) -> FileEditor:
+        view = self.entries()
+        for name, value in fields.items():
+            view[i][name] = value
+        return self
+
+    def set_bytes(self, offset: int, data: bytes) -> FileEditor:
+        self.data[offset : offset + len(data)] = data
+        return self
+
+    def flip_bit(self, offset: int, bit: int) -> FileEditor:
+        self.data[offset] ^= 1 << bit
+        return self
+
+    def truncate(self, length: int) -> FileEditor:
+        del self.data[length:]
+        return self
+
+    # ------------------------------------------------------------------ checksums
+
+    def refresh(
+        self, *, entries: bool = True, metadata: bool = True, trailer: bool = True
+    ) -> FileEditor:
+        """Recompute the checksums in dependency order: entry CRCs, metadata CRC, index CRC,
+        header CRC, then the trailer's copies and CRC.  Turning a step off keeps the stored
+        value, to make a file that fails exactly that check."""
+        if entries:
+            self._refresh_entries()
+        if metadata:
+            start = self.metadata_offset
+            meta = bytes(self.data[start : start + self.h("metadata_length")])
+            self.set_header(metadata_crc=crc32c(meta))
+        index = bytes(self.data[self.index_offset : self.index_offset + self.h("index_length")])
+        self.set_header(index_crc=crc32c(index))
+        header_crc = crc32c(bytes(self.data[:HEADER_CRC_OFFSET]))
+        self.set_header(header_crc=header_crc)
+        if trailer:
+            self.set_trailer(
+                index_offset=self.h("index_offset"),
+                index_length=self.h("index_length"),
+                header_crc=header_crc,
+            )
+        return self.refresh_trailer_crc()
+
+    def refresh_trailer_crc(self) -> FileEditor:
+        start = self.trailer_offset
+        self.set_trailer(trailer_crc=crc32c(bytes(self.data[start : start + TRAILER_CRC_OFFSET])))
+        return self
+
+    def _refresh_entries(self) -> None:
+        for i, e in enumerate(self.entries()):
+            at = self.entry_offset(i)
+            name_start = self.names_offset + int(e["name_offset"])
+            name = bytes(self.data[name_start : name_start + int(e["name_length"])])
+            dims_start = self.dims_offset + 8 * int(e["dims_index"])
+            dims = bytes(self.data[dims_start : dims_start + 8 * int(e["ndim"])])
+            crc = crc32c(bytes(self.data[at : at + ENTRY_CRC_OFFSET]) + name + dims)
+            self.entries()[i]["entry_crc"] = crc
+
+    def bytes(self) -> bytes:
+        return bytes(self.data)

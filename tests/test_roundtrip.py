@@ -1,0 +1,220 @@
+"""Writer -> reader round trips, placement rules, determinism, atomicity and writer states."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SAMPLE_METADATA, sample_tensors, write
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import reference
+from reference.dump import main as dump_main
+from reference.writer import PARTIAL_SUFFIX
+from spec.constants import ALIGNMENT, SLAB_OFFSET
+
+DTYPES = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
+          np.int64, np.float16, np.float32, np.float64]  # fmt: skip
+
+names = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40
+).filter(lambda s: len(s.encode()) <= 1024)
+arrays = st.sampled_from(DTYPES).flatmap(
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6))
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tensors=st.dictionaries(names, arrays, max_size=12))
+def test_round_trip_any_dtype_shape_and_name(tmp_path_factory, tensors):
+    path = tmp_path_factory.mktemp("rt") / "x.awq2"
+    reference.save(path, tensors, {"n": len(tensors)})
+    with reference.open(path, validate=True) as reader:
+        reader.verify()
+        assert sorted(reader.names()) == sorted(tensors)
+        assert reader.metadata == {"n": len(tensors)}
+        for name, array in tensors.items():
+            got = reader.tensor(name)
+            assert got.dtype == array.dtype and got.shape == array.shape
+            assert got.tobytes() == np.ascontiguousarray(array).tobytes()  # NaNs compare by bits
+
+
+def test_large_tensor_and_non_contiguous_and_big_endian_input(tmp_path):
+    big = np.arange(5 * 1024 * 1024, dtype=np.float32).reshape(1024, 5120)
+    strided = np.arange(100, dtype=np.int16).reshape(10, 10)[:, ::3]
+    be = np.arange(6, dtype=">i4").reshape(2, 3)
+    path = write(tmp_path / "big.awq2", {"big": big, "strided": strided, "be": be}, None)
+    with reference.open(path, validate=True) as reader:
+        np.testing.assert_array_equal(reader.tensor("big"), big)
+        np.testing.assert_array_equal(reader.tensor("strided"), strided)
+        np.testing.assert_array_equal(reader.tensor("be"), be)
+        assert reader.tensor("be").dtype == np.dtype("<i4")
+
+
+def test_bf16_is_stored_as_raw_bits_with_its_dtype(tmp_path):
+    bits = np.array([0x3F80, 0x4000, 0xC040], dtype=np.uint16)  # 1.0, 2.0, -3.0
+    with reference.Writer(tmp_path / "bf.awq2") as w:
+        w.add("b", bits, dtype="BF16")
+    with reference.open(tmp_path / "bf.awq2", validate=True) as reader:
+        assert reader.entry("b").dtype == "BF16"
+        np.testing.assert_array_equal(reader.tensor("b"), bits)
+
+
+def test_placement_alignment_and_zero_gaps(sample_file):
+    """SLAB-1..5, PAD-1, PAD-2; and dump --json reports exactly that."""
+    data = sample_file.read_bytes()
+    with reference.open(sample_file, validate=True) as reader:
+        infos = reader.entries()
+        index_offset = reader.header["index_offset"]
+    placed = [t for t in infos if t.length]
+    assert min(t.offset for t in placed) == SLAB_OFFSET == 0x10000
+    assert all(t.offset % ALIGNMENT == 0 for t in infos)
+    covered = np.zeros(index_offset, dtype=bool)
+    covered[:128] = True
+    for t in placed:
+        covered[t.offset : t.offset + t.length] = True
+    gaps = np.frombuffer(data, np.uint8, index_offset)[~covered]
+    assert not gaps.any()
+    assert index_offset % ALIGNMENT == 0
+
+
+def test_dump_json_reports_the_layout(sample_file, capsys):
+    assert dump_main([str(sample_file), "--json", "--verify"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["slab_offset"] == 0x10000 and doc["alignment"] == 65536
+    assert doc["format_version"] == "2.0"
+    assert doc["file_size"] == os.path.getsize(sample_file)
+    assert doc["tensor_count"] == len(sample_tensors()) == len(doc["tensors"])
+    assert doc["metadata"] == SAMPLE_METADATA
+    offsets = [t["offset"] for t in doc["tensors"]]
+    assert min(o for o, t in zip(offsets, doc["tensors"]) if t["length"]) == 0x10000
+    assert all(o % 65536 == 0 for o in offsets)
+    for t in doc["tensors"]:
+        assert set(t) >= {"name", "dtype", "shape", "layout", "offset", "length"}
+
+
+def test_dump_text_tensor_and_hexdump(sample_file, capsys):
+    assert dump_main([str(sample_file), "--tensor", "model.norm.weight", "--hexdump"]) == 0
+    out = capsys.readouterr().out
+    assert "0x10000" in out and "mean 1" in out and "|.AWQ" in out
+    assert dump_main([str(sample_file), "--tensor", "nope"]) == 2
+    assert dump_main([str(sample_file.parent / "missing.awq2")]) == 3
+
+
+def test_dump_escapes_control_characters_in_names(tmp_path, capsys):
+    path = write(tmp_path / "esc.awq2", {"evil\x1b[2J\u202ename": np.zeros(1)}, None)
+    assert dump_main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "evil\\x1b[2J\\u202ename" in out
+
+
+def test_writer_is_deterministic(tmp_path):
+    """WR-1: same tensors, same order, same metadata -> same bytes."""
+    a = write(tmp_path / "a.awq2").read_bytes()
+    b = write(tmp_path / "b.awq2").read_bytes()
+    assert a == b
+    reordered = dict(reversed(list(sample_tensors().items())))
+    c = write(tmp_path / "c.awq2", reordered).read_bytes()
+    assert c != a  # slab order follows the caller's order [SLAB-6]
+
+
+def test_failed_write_leaves_no_destination_and_no_temporary(tmp_path):
+    """WR-2: an exception inside the block aborts; nothing appears at the destination."""
+    dest = tmp_path / "never.awq2"
+    with pytest.raises(RuntimeError):
+        with reference.Writer(dest) as w:
+            w.add("a", np.zeros(100))
+            raise RuntimeError("boom")
+    assert not dest.exists()
+    assert not list(tmp_path.glob(f"*{PARTIAL_SUFFIX}"))
+
+
+def test_existing_destination_is_replaced_only_on_success(tmp_path):
+    dest = write(tmp_path / "keep.awq2")
+    before = dest.read_bytes()
+    with pytest.raises(ValueError):
+        with reference.Writer(dest) as w:
+            w.add("a", np.zeros(3))
+            w.add("a", np.zeros(3))  # duplicate name [NAME-3]
+    assert dest.read_bytes() == before
+
+
+def test_writer_refuses_out_of_order_calls(tmp_path):
+    w = reference.Writer(tmp_path / "s.awq2")
+    w.add("a", np.zeros(1))
+    w.close()
+    with pytest.raises(reference.WriterStateError):
+        w.add("b", np.zeros(1))
+    with pytest.raises(reference.WriterStateError):
+        w.close()
+    with pytest.raises(reference.WriterStateError):
+        w.abort()
+    w2 = reference.Writer(tmp_path / "t.awq2")
+    w2.abort()
+    with pytest.raises(reference.WriterStateError):
+        w2.add("a", np.zeros(1))
+    assert not (tmp_path / "t.awq2").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "array", "message"),
+    [
+        ("", np.zeros(1), "NAME-1"),
+        ("x" * 1025, np.zeros(1), "LIM-3"),
+        ("\ud800", np.zeros(1), "surrogates"),
+        ("deep", np.zeros((1,) * 9), "LIMIT_DIMS"),
+    ],
+)
+def test_writer_rejects_what_a_reader_would_reject(tmp_path, name, array, message):
+    with reference.Writer(tmp_path / "r.awq2") as w:
+        with pytest.raises((ValueError, UnicodeEncodeError)) as info:
+            w.add(name, array)
+        assert message in str(info.value)
+
+
+def test_writer_add_bytes_streams_and_checks_length(tmp_path):
+    with reference.Writer(tmp_path / "c.awq2") as w:
+        w.add_bytes("x", "U8", (3, 4), [b"abcd", b"efgh", b"ijkl"])
+        with pytest.raises(ValueError, match="needs 12"):
+            w.add_bytes("short", "U8", (3, 4), [b"abc"])
+        with pytest.raises(ValueError, match="more than"):
+            w.add_bytes("long", "U8", (1,), [b"ab"])
+        w.add("after", np.arange(3, dtype=np.uint8))
+    with reference.open(tmp_path / "c.awq2", validate=True) as reader:
+        assert reader.tensor("x").tobytes() == b"abcdefghijkl"
+        assert sorted(reader.names()) == ["after", "x"]
+        reader.verify()
+
+
+def test_metadata_limits_and_strictness_at_write(tmp_path):
+    deep: object = 1
+    for _ in range(65):
+        deep = [deep]
+    with pytest.raises(ValueError, match="LIM-5"):
+        reference.Writer(tmp_path / "m.awq2", metadata={"d": deep})
+    with pytest.raises(ValueError):
+        reference.Writer(tmp_path / "m.awq2", metadata={"nan": float("nan")})
+    assert not list(Path(tmp_path).iterdir())
+
+
+def test_tensor_views_are_read_only_and_zero_copy(sample_file):
+    with reference.open(sample_file) as reader:
+        view = reader.tensor("model.layers.0.mlp.big")
+        assert not view.flags.writeable
+        assert not view.flags.owndata
+    assert view.sum() is not None  # the view keeps the mapping alive after close
+
+
+def test_missing_name_is_a_key_error(sample_file):
+    with reference.open(sample_file) as reader:
+        with pytest.raises(KeyError):
+            reader.tensor("absent")
+        assert "absent" not in reader and "scalar" in reader
