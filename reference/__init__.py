@@ -15,6 +15,7 @@ from reference.errors import (
     FormatError,
     HeaderError,
     IndexCorruptError,
+    LegacyError,
     LimitError,
     MetadataError,
     PaddingError,
@@ -22,7 +23,6 @@ from reference.errors import (
     TensorNotFoundError,
     TrailerError,
     TruncatedError,
-    UnsupportedError,
     VersionError,
 )
 from reference.reader import Reader, open  # noqa: A004  (reference.open, like io.open)
@@ -37,6 +37,7 @@ __all__ = [
     "FormatError",
     "HeaderError",
     "IndexCorruptError",
+    "LegacyError",
     "LimitError",
     "MetadataError",
     "PaddingError",
@@ -46,7 +47,6 @@ __all__ = [
     "TensorNotFoundError",
     "TrailerError",
     "TruncatedError",
-    "UnsupportedError",
     "VersionError",
     "Writer",
     "WriterStateError",

@@ -101,7 +101,14 @@ class MetadataError(FormatError):
 
 
 class UnsupportedError(FormatError):
-    """A valid file feature that this reader chose not to implement (e.g. 8-bit Marlin) [LAY-9]."""
+    """A valid optional feature this reader does not implement (8-bit Marlin) [LAY-9].
+
+    The reference implementation implements everything; other readers may raise it.
+    """
+
+
+class LegacyError(FormatError):
+    """An AWQ v1 checkpoint that cannot be read or converted exactly."""
 
 
 class TensorNotFoundError(KeyError):
@@ -122,6 +129,8 @@ _CLASSES: dict[str, type[FormatError]] = {
         TensorNameError,
         PaddingError,
         MetadataError,
+        LegacyError,
+        UnsupportedError,
     )
 }
 

@@ -19,7 +19,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,8 @@ from numpy.typing import NDArray
 from reference import rules
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.hashing import buckets_of, fnv1a_64_many
+from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
+from reference.v1 import V1Reader, is_safetensors
 from spec.algorithms import align_up, bucket_bits_for, bucket_of, crc32c, fnv1a_64
 from spec.constants import (
     ALIGNMENT,
@@ -488,6 +490,26 @@ class Reader:
         flat = np.frombuffer(self._mmap, dtype, count, info.offset)  # type: ignore[call-overload]
         return flat.reshape(info.shape)
 
+    def linear(
+        self,
+        prefix: str,
+        *,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        parallel: Literal["column", "row"] | None = None,
+    ) -> LinearLayer:
+        """A quantised layer's stored arrays, zero-copy; with ``tp_size > 1``, the shard of
+        rank ``tp_rank`` cut from them (``parallel`` = ``"column"`` or ``"row"``)."""
+        return read_linear(self, prefix, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
+
+    def dequantize(self, prefix: str) -> NDArray[np.float32]:
+        """``float32[k, n]`` weights of a quantised layer (``in_features x out_features``)."""
+        return dequantize_layer(self.linear(prefix))
+
+    def layers(self) -> list[str]:
+        """Prefixes of every quantised linear layer, in slab order."""
+        return find_layers(self)
+
     def names(self) -> list[str]:
         """Every tensor name, in slab order (then by name for empty payloads)."""
         infos = [self._info(self._record(i)) for i in range(self._count)]
@@ -632,9 +654,20 @@ def parse_metadata(raw: bytes, *, offset: int) -> dict[str, Any]:
     return document
 
 
-def open(path: str | os.PathLike[str], *, validate: bool = False) -> Reader:  # noqa: A001
-    """Open an AWQ-v2 file.  ``validate=True`` runs full validation before returning."""
-    return Reader(path, validate=validate)
+def open(path: str | os.PathLike[str], *, validate: bool = False) -> Reader | V1Reader:  # noqa: A001
+    """Open an AWQ-v2 file, or an AWQ v1 checkpoint (file or folder) through the same API.
+
+    ``validate=True`` runs full validation before returning.  A file is AWQ-v2 when it starts
+    with the magic; a folder, or a file that starts like safetensors, is read as AWQ v1 [V1-1].
+    """
+    p = Path(path)
+    if p.is_dir():
+        return V1Reader(p)
+    with p.open("rb") as f:
+        head = f.read(len(MAGIC))
+    if head != MAGIC and is_safetensors(p):
+        return V1Reader(p)
+    return Reader(p, validate=validate)
 
 
 __all__ = ["FormatError", "Reader", "open", "parse_metadata"]

@@ -14,10 +14,11 @@ State machine: a writer is ``open`` until :meth:`Writer.close` (``closed``) or
 from __future__ import annotations
 
 import enum
+import glob
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,20 @@ class Writer:
     ...     w.add("lm_head.weight", weights)
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        check: Callable[[Path], None] | None = None,
+    ):
+        """``check(tmp_path)``, if given, runs on the finished temporary file before it is
+        renamed into place; raising aborts the write (the converter verifies there)."""
         self.path = Path(path)
         self._metadata = encode_metadata(metadata)
+        self._check = check
         fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=PARTIAL_SUFFIX, dir=self.path.parent
+            prefix=f".{self.path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=self.path.parent
         )
         self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "w+b")
@@ -246,6 +256,17 @@ class Writer:
             name, dtype, shape, layout, offset, length, crc, bits, group_size, k, n
         )
 
+    def add_linear(self, prefix: str, **layer: Any) -> str:
+        """Store one quantised linear layer; see :func:`reference.layers.write_linear`.
+
+        Codes ``q``/``z`` or AutoAWQ ``qweight``/``qzeros``, plus ``scales``, ``bits``,
+        ``group_size`` and an optional ``bias``.  Returns ``"MARLIN"`` or ``"AWQ"``, the
+        layout family chosen by the shape rules [LAY-8].
+        """
+        from reference.layers import write_linear
+
+        return write_linear(self, prefix, **layer)
+
     def _check_name(self, name: str) -> bytes:
         if not isinstance(name, str):
             raise TypeError(f"tensor names are str, got {type(name).__name__}")
@@ -351,6 +372,8 @@ class Writer:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
+        if self._check is not None:
+            self._check(self._tmp)
         os.replace(self._tmp, self.path)
         _fsync_dir(self.path.parent)
 
@@ -392,7 +415,7 @@ class Writer:
             entries[field] = records[:, column]
         entries["ndim"] = ndims
         dims = np.array([d for s in shapes for d in s], dtype="<u8")
-        raw_entries = entries.view(np.uint8).reshape(count, -1)
+        raw_entries = entries.view(np.uint8).reshape(count, ENTRY_DTYPE.itemsize)
         dims_bytes = dims.view(np.uint8)
         dim_start = 0
         for i in range(count):  # [ENT-9]
@@ -430,6 +453,31 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def stale_partials(path: str | os.PathLike[str]) -> list[Path]:
+    """Temporary files that writers of ``path`` left behind when they were killed.
+
+    A writer's temporary file is ``.<name>.<pid>.<random>.awq2-partial`` beside the
+    destination; it is stale when no process with that pid is alive.
+    """
+    dest = Path(path)
+    stale = []
+    for candidate in dest.parent.glob(f".{glob.escape(dest.name)}.*{PARTIAL_SUFFIX}"):
+        pid_text = candidate.name[len(dest.name) + 2 :].split(".", 1)[0]
+        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            stale.append(candidate)
+    return sorted(stale)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def save(
     path: str | os.PathLike[str],
     tensors: Mapping[str, NDArray[Any]],
@@ -442,4 +490,11 @@ def save(
     return writer.path
 
 
-__all__ = ["PARTIAL_SUFFIX", "Writer", "WriterStateError", "encode_metadata", "save"]
+__all__ = [
+    "PARTIAL_SUFFIX",
+    "Writer",
+    "WriterStateError",
+    "encode_metadata",
+    "save",
+    "stale_partials",
+]

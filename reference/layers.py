@@ -1,0 +1,309 @@
+"""Quantised linear layers in a file: how the writer stores them and how the reader returns them.
+
+A layer ``<prefix>`` is three entries, ``<prefix>.qweight``, ``<prefix>.scales`` and
+``<prefix>.qzeros`` [NAME-4], plus an optional plain ``<prefix>.bias``.  The writer
+stores it in the MARLIN_* layouts when Marlin's shape rules hold and in the AWQ_*
+(AutoAWQ v1) layouts otherwise [LAY-8]; every entry records k, n, bits and group
+size [LAY-5, LAY-7], so the reader needs no outside configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from reference import codec
+from reference.errors import error
+from reference.rules import TensorInfo, marlin_shape_ok
+
+if TYPE_CHECKING:
+    from reference.reader import Reader
+    from reference.writer import Writer
+
+PARTS = ("qweight", "scales", "qzeros")
+Parallel = Literal["column", "row"]
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """One quantised linear layer (or one tensor-parallel shard of it), as stored.
+
+    ``layout`` is ``"MARLIN"`` (the arrays are what vLLM's Marlin kernels take, no repack)
+    or ``"AWQ"`` (AutoAWQ v1 packing, for layers outside Marlin's shape rules).
+    ``k`` and ``n`` are the shard's when ``tp_size > 1``.  ``scale_dtype`` is the stored
+    dtype name (``"F16"``, ``"BF16"`` as raw uint16 bits, or ``"F32"``), never converted.
+    """
+
+    prefix: str
+    layout: str
+    qweight: NDArray[np.int32]
+    scales: NDArray[Any]
+    qzeros: NDArray[np.int32]
+    bias: NDArray[Any] | None
+    k: int
+    n: int
+    bits: int
+    group_size: int
+    scale_dtype: str
+    tp_rank: int = 0
+    tp_size: int = 1
+
+
+# ------------------------------------------------------------------------------------- writing
+
+
+def write_linear(
+    writer: Writer,
+    prefix: str,
+    *,
+    bits: int,
+    group_size: int,
+    q: NDArray[np.uint8] | None = None,
+    z: NDArray[np.uint8] | None = None,
+    scales: NDArray[Any],
+    qweight: NDArray[np.int32] | None = None,
+    qzeros: NDArray[np.int32] | None = None,
+    bias: NDArray[Any] | None = None,
+    scale_dtype: str | None = None,
+) -> str:
+    """Store one layer from codes (``q``, ``z``) or from AutoAWQ v1 tensors (``qweight``,
+    ``qzeros``), with its ``scales`` and optional ``bias``.  Returns the layout family used.
+
+    ``scale_dtype="BF16"`` marks a ``uint16`` scales array holding bfloat16 bits.
+    """
+    if (q is None) == (qweight is None) or (z is None) == (qzeros is None):
+        raise ValueError("give either codes (q, z) or AWQ v1 tensors (qweight, qzeros)")
+    if q is None:
+        assert qweight is not None and qzeros is not None
+        q = codec.awq_unpack(np.asarray(qweight), bits)
+        z = codec.awq_unpack(np.asarray(qzeros), bits)
+    assert z is not None
+    q, z, scales = np.asarray(q), np.asarray(z), np.asarray(scales)
+    k, n = q.shape
+    stored_dtype = scale_dtype or _scale_dtype_name(scales)
+    fields = dict(bits=bits, group_size=group_size, k=k, n=n)
+    if marlin_shape_ok(k, n, bits, group_size):
+        family = "MARLIN"
+        mq = codec.swizzle_qweight(q, bits)
+        ms = _on_scales(scales, lambda s: codec.swizzle_scales(s, k, group_size))
+        mz = codec.swizzle_zeros(z, bits)
+    else:
+        family = "AWQ"
+        mq = codec.awq_pack(q, bits)
+        ms = scales
+        mz = codec.awq_pack(z, bits)
+    writer.add(f"{prefix}.qweight", mq, layout=f"{family}_QWEIGHT", **fields)
+    writer.add(f"{prefix}.scales", ms, dtype=stored_dtype, layout=f"{family}_SCALES", **fields)
+    writer.add(f"{prefix}.qzeros", mz, layout=f"{family}_QZEROS", **fields)
+    if bias is not None:
+        writer.add(f"{prefix}.bias", np.asarray(bias))
+    return family
+
+
+def _scale_dtype_name(scales: NDArray[Any]) -> str:
+    names = {"float16": "F16", "float32": "F32", "bfloat16": "BF16"}
+    if scales.dtype.name not in names:
+        raise ValueError(
+            f"scales must be float16, float32 or bfloat16 (as BF16 bits), "
+            f"got {scales.dtype} [LAY-6]"
+        )
+    return names[scales.dtype.name]
+
+
+def _on_scales(scales: NDArray[Any], permute: Any) -> NDArray[Any]:
+    """Apply a column permutation to scales of any 2-byte or 4-byte dtype (BF16 bits too)."""
+    if scales.dtype.kind == "f":
+        return np.asarray(permute(scales))
+    as_float = scales.view(np.float16 if scales.dtype.itemsize == 2 else np.float32)
+    return np.asarray(permute(as_float)).view(scales.dtype)
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def read_linear(
+    reader: Reader,
+    prefix: str,
+    *,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    parallel: Parallel | None = None,
+) -> LinearLayer:
+    """The layer's stored arrays (zero-copy views), or one tensor-parallel shard of them."""
+    infos = {part: _info(reader, f"{prefix}.{part}") for part in PARTS}
+    _check_agree(prefix, infos)
+    qi = infos["qweight"]
+    family = "MARLIN" if qi.layout.startswith("MARLIN_") else "AWQ"
+    views = {part: reader._view(info) for part, info in infos.items()}
+    bias = reader.tensor(f"{prefix}.bias") if f"{prefix}.bias" in reader else None
+    layer = LinearLayer(
+        prefix,
+        family,
+        views["qweight"],
+        views["scales"],
+        views["qzeros"],
+        bias,
+        qi.k,
+        qi.n,
+        qi.bits,
+        qi.group_size,
+        infos["scales"].dtype,
+    )
+    if tp_size == 1 and parallel is None:
+        return layer
+    if parallel not in ("column", "row"):
+        raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
+    return shard(layer, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
+
+
+def _info(reader: Reader, name: str) -> TensorInfo:
+    info = reader.entry(name)
+    if info.layout == "DENSE":
+        raise error(
+            "BAD_QUANT_FIELDS",
+            f"{name!r} is not a quantised entry",
+            offset=info.offset,
+            expected="an AWQ_* or MARLIN_* layout",
+            found=info.layout,
+        )
+    return info
+
+
+def _check_agree(prefix: str, infos: dict[str, TensorInfo]) -> None:
+    """The three entries record one layer [LAY-7]."""
+    qi = infos["qweight"]
+    if qi.layout not in ("MARLIN_QWEIGHT", "AWQ_QWEIGHT"):
+        raise error(
+            "BAD_QUANT_FIELDS",
+            f"{prefix}.qweight has layout {qi.layout}",
+            offset=qi.offset,
+            expected="MARLIN_QWEIGHT or AWQ_QWEIGHT",
+            found=qi.layout,
+        )
+    family = qi.layout.split("_")[0]
+    for part, info in infos.items():
+        want_layout = f"{family}_{part.upper()}"
+        same = (info.k, info.n, info.bits, info.group_size) == (qi.k, qi.n, qi.bits, qi.group_size)
+        if info.layout != want_layout or not same:
+            raise error(
+                "BAD_QUANT_FIELDS",
+                f"{prefix}.{part} disagrees with {prefix}.qweight",
+                offset=info.offset,
+                expected=f"{want_layout} k={qi.k} n={qi.n} bits={qi.bits} "
+                f"group_size={qi.group_size}",
+                found=f"{info.layout} k={info.k} n={info.n} bits={info.bits} "
+                f"group_size={info.group_size}",
+            )
+
+
+def shard(layer: LinearLayer, *, tp_rank: int, tp_size: int, parallel: Parallel) -> LinearLayer:
+    """One tensor-parallel shard, cut from the stored tensors without unswizzling the weights.
+
+    Column-parallel shards slice ``n`` (bias sliced too); row-parallel shards slice ``k``
+    (the bias stays whole: it is added once, after the reduction).
+    """
+    if layer.layout == "MARLIN":
+        qw, sc, qz, k, n = codec.shard_marlin(
+            layer.qweight,
+            _as_float(layer.scales),
+            layer.qzeros,
+            k=layer.k,
+            n=layer.n,
+            bits=layer.bits,
+            group_size=layer.group_size,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            parallel=parallel,
+        )
+        sc = np.asarray(sc).view(layer.scales.dtype)
+    else:
+        qw, sc, qz, k, n = _shard_awq(layer, tp_rank, tp_size, parallel)
+    bias = layer.bias
+    if bias is not None and parallel == "column":
+        bias = bias[tp_rank * n : (tp_rank + 1) * n]
+    return LinearLayer(
+        layer.prefix,
+        layer.layout,
+        qw,
+        sc,
+        qz,
+        bias,
+        k,
+        n,
+        layer.bits,
+        layer.group_size,
+        layer.scale_dtype,
+        tp_rank,
+        tp_size,
+    )
+
+
+def _as_float(scales: NDArray[Any]) -> NDArray[Any]:
+    return scales if scales.dtype.kind == "f" else scales.view(np.float16)
+
+
+def _shard_awq(
+    layer: LinearLayer, rank: int, size: int, parallel: Parallel
+) -> tuple[NDArray[np.int32], NDArray[Any], NDArray[np.int32], int, int]:
+    """Shards of AWQ v1 tensors: plain column or row slices."""
+    if not 0 <= rank < size:
+        raise codec.CodecError("0 <= tp_rank < tp_size", f"tp_rank = {rank}, tp_size = {size}")
+    pf = codec.pack_factor(layer.bits)
+    k, n, gs = layer.k, layer.n, layer.group_size
+    if parallel == "column":
+        if n % (size * pf):
+            raise codec.CodecError("tp_size * pf divides n", f"n = {n}, tp_size = {size}")
+        ns = n // size
+        c0 = rank * ns
+        return (
+            layer.qweight[:, c0 // pf : (c0 + ns) // pf],
+            layer.scales[:, c0 : c0 + ns],
+            layer.qzeros[:, c0 // pf : (c0 + ns) // pf],
+            k,
+            ns,
+        )
+    group = k if gs == -1 else gs
+    if k % size or (gs != -1 and (k // size) % gs):
+        raise codec.CodecError(
+            "tp_size divides k into whole groups", f"k = {k}, tp_size = {size}, group_size = {gs}"
+        )
+    ks = k // size
+    r0 = rank * ks
+    if gs == -1:
+        return layer.qweight[r0 : r0 + ks], layer.scales, layer.qzeros, ks, n
+    g0, g1 = r0 // group, (r0 + ks) // group
+    return layer.qweight[r0 : r0 + ks], layer.scales[g0:g1], layer.qzeros[g0:g1], ks, n
+
+
+def unpack(layer: LinearLayer) -> tuple[NDArray[np.uint8], NDArray[np.uint8], NDArray[Any]]:
+    """Codes ``q[k, n]``, zero points ``z[G, n]`` and plain scales ``s[G, n]`` of a layer."""
+    if layer.layout == "MARLIN":
+        q = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)
+        z = codec.unswizzle_zeros(layer.qzeros, layer.n, layer.bits)
+        s = _on_scales(layer.scales, lambda m: codec.unswizzle_scales(m, layer.k, layer.group_size))
+    else:
+        q = codec.awq_unpack(layer.qweight, layer.bits)
+        z = codec.awq_unpack(layer.qzeros, layer.bits)
+        s = layer.scales
+    return q, z, s
+
+
+def dequantize_layer(layer: LinearLayer) -> NDArray[np.float32]:
+    """``float32[k, n]`` weights of a layer: ``(q - z) * s`` per group.  BF16 scales are
+    widened exactly (their 16 bits are the top half of a float32)."""
+    q, z, s = unpack(layer)
+    if layer.scale_dtype == "BF16":
+        s = (np.asarray(s, dtype=np.uint32) << np.uint32(16)).view(np.float32)
+    return codec.dequantize(q, z, s, layer.group_size)
+
+
+def find_layers(reader: Reader) -> list[str]:
+    """Prefixes of every quantised layer in a file (entries whose name ends in .qweight)."""
+    out = []
+    for info in reader.entries():
+        if info.layout in ("MARLIN_QWEIGHT", "AWQ_QWEIGHT") and info.name.endswith(".qweight"):
+            out.append(info.name[: -len(".qweight")])
+    return out
