@@ -189,8 +189,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_INDEX_LAYOUT",
         "IndexCorruptError",
-        ("IDX-1", "IDX-2", "IDX-3"),
-        "index offset, length or section sizes inconsistent with the header",
+        ("FILE-4", "IDX-1", "IDX-3", "IDX-5", "LIM-7"),
+        "index offset, length, section sizes or bucket_bits inconsistent with the header",
     ),
     ErrorCode(
         "BAD_TRAILER_MAGIC",
@@ -283,6 +283,36 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "ChecksumError",
         ("META-4",),
         "CRC-32C of the metadata does not match metadata_crc",
+    ),
+    ErrorCode(
+        "UNSUPPORTED_LAYOUT",
+        "UnsupportedError",
+        ("LAY-9",),
+        "a valid optional layout (8-bit Marlin) that this reader does not implement",
+    ),
+    ErrorCode(
+        "V1_UNSUPPORTED",
+        "LegacyError",
+        ("V1-2",),
+        "an AWQ v1 checkpoint this reader cannot read exactly (method, version, zero point, bits)",
+    ),
+    ErrorCode(
+        "V1_INCOMPLETE",
+        "LegacyError",
+        ("V1-3",),
+        "an AWQ v1 checkpoint with a missing shard or tensor, or a truncated safetensors file",
+    ),
+    ErrorCode(
+        "V1_SHAPE_MISMATCH",
+        "LegacyError",
+        ("V1-4",),
+        "AWQ v1 tensors whose shapes disagree with each other or with the configuration",
+    ),
+    ErrorCode(
+        "V1_BAD_CONFIG",
+        "LegacyError",
+        ("V1-2",),
+        "config.json or quant_config.json unreadable, or quantised tensors without a config",
     ),
     ErrorCode(
         "BAD_TENSOR_CHECKSUM",

@@ -15,10 +15,13 @@ class Requirement:
     id: str
     level: str  #: "MUST", "SHOULD" or "MAY" (RFC 2119)
     text: str
+    #: what the statement constrains: "file" and "reader" statements are checked by
+    #: conformance vectors; "writer", "converter" and "spec" ones by the test suite.
+    subject: str = "file"
 
 
-def _r(rid: str, level: str, text: str) -> Requirement:
-    return Requirement(rid, level, text)
+def _r(rid: str, level: str, text: str, subject: str = "file") -> Requirement:
+    return Requirement(rid, level, text, subject)
 
 
 REQUIREMENTS: tuple[Requirement, ...] = (
@@ -87,6 +90,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A later minor version MUST stay readable by an earlier 2.x reader that "
         "ignores what it does not know; a feature that such a reader cannot ignore safely MUST set "
         "a required flag.",
+        subject="spec",
     ),
     # ---- padding
     _r("PAD-1", "MUST", "Bytes 128 to `0xFFFF` MUST be zero."),
@@ -121,6 +125,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "SHOULD",
         "A writer SHOULD place payloads in the order the tensors were given, so "
         "that a loader reading in model order reads the file front to back.",
+        subject="writer",
     ),
     # ---- index
     _r(
@@ -271,6 +276,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A writer MUST store a layer in the MARLIN_* layouts when it meets Marlin's "
         "shape rules (`n % 64 == 0`, `k % 128 == 0`, group size in {-1, 32, 64, 128} dividing k) "
         "and in the AWQ_* layouts otherwise.",
+        subject="writer",
     ),
     _r(
         "LAY-9",
@@ -305,6 +311,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A converter SHOULD record the source checkpoint's `config.json` under "
         "`config`, its quantisation config under `quantization_config` and the source files under "
         "`provenance`.",
+        subject="converter",
     ),
     _r(
         "META-4",
@@ -330,6 +337,37 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     ),
     _r("LIM-6", "MUST", "No bucket MUST hold more than `max_bucket_length` entries."),
     _r("LIM-7", "MUST", "`bucket_bits` MUST NOT exceed `max_bucket_bits`."),
+    # ---- legacy AWQ v1 checkpoints
+    _r(
+        "V1-1",
+        "MAY",
+        "A reader MAY open AWQ v1 checkpoints (AutoAWQ GEMM packing in safetensors: one file, or a folder with `config.json` or `quant_config.json` and its shards); one that does SHOULD present them through the same interface as AWQ-v2 files.",
+        subject="converter",
+    ),
+    _r(
+        "V1-2",
+        "MUST",
+        "A reader or converter of AWQ v1 MUST refuse, with `V1_UNSUPPORTED` or `V1_BAD_CONFIG`, a checkpoint it cannot read exactly: a `quant_method` other than `awq`, a `version` other than `gemm`, `zero_point` false, bits other than 4 or 8, an unreadable configuration.",
+        subject="converter",
+    ),
+    _r(
+        "V1-3",
+        "MUST",
+        "It MUST refuse with `V1_INCOMPLETE` a checkpoint with a shard the index names but the folder lacks, a tensor the index maps to a shard that lacks it, a layer missing its `qzeros` or `scales`, or a truncated safetensors file.",
+        subject="converter",
+    ),
+    _r(
+        "V1-4",
+        "MUST",
+        "It MUST refuse with `V1_SHAPE_MISMATCH` layers whose `qweight`, `qzeros` and `scales` shapes disagree with each other, with the group size or with the configuration.",
+        subject="converter",
+    ),
+    _r(
+        "V1-5",
+        "MUST",
+        "A converter MUST write an AWQ-v2 file whose MARLIN_* payloads are exactly the Marlin transformation of the v1 tensors (codec chapter) and whose AWQ_* payloads are the v1 payloads unchanged, and MUST publish nothing when it refuses or fails.",
+        subject="converter",
+    ),
     # ---- checksums
     _r(
         "CRC-1",
@@ -366,6 +404,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "A writer MUST be deterministic: the same tensors, in the same order, with "
         "the same metadata, give the same bytes.",
+        subject="writer",
     ),
     _r(
         "WR-2",
@@ -373,6 +412,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A writer SHOULD publish atomically (write a temporary file in the "
         "destination's folder, flush it to storage, rename it), so that the destination never "
         "holds a partial file.",
+        subject="writer",
     ),
 )
 

@@ -1,0 +1,302 @@
+"""``python -m reference.convert SRC DST``: convert an AWQ v1 checkpoint to AWQ-v2.
+
+SRC is an AutoAWQ checkpoint folder (``config.json`` or ``quant_config.json``, and
+``model.safetensors`` or shards with ``model.safetensors.index.json``) or a single
+``.safetensors`` file.  The conversion:
+
+* streams layer by layer: peak memory is about one layer (its v1 tensors, the
+  unpacked codes and the Marlin result) plus the index, not the model;
+* stores each layer in the Marlin layouts, or in the AWQ v1 layouts when it breaks
+  Marlin's shape rules [LAY-8] (such layers are listed in the summary), and keeps
+  ``modules_to_not_convert`` and every unquantised tensor as it is;
+* writes ``config.json``, the quantisation config and the provenance (source file
+  names, sizes and SHA-256) into the metadata [META-3];
+* validates and verifies the finished file before it is renamed into place, unless
+  ``--no-verify``; an interrupted or refused conversion leaves nothing at DST [V1-5];
+* is deterministic: the same input gives the same bytes [WR-1].
+
+Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
+and the reason are printed; nothing is written), 2 usage error, 3 I/O error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import resource
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reference import __version__
+from reference.errors import FormatError
+from reference.layers import PARTS
+from reference.reader import Reader
+from reference.rules import marlin_shape_ok
+from reference.v1 import V1Reader
+from reference.writer import Writer, encode_metadata, stale_partials
+from spec.algorithms import align_up, bucket_bits_for
+from spec.constants import ALIGNMENT, INDEX_SECTION_ALIGN, SLAB_OFFSET
+from spec.registry import DTYPE_BY_NAME
+from spec.schema import ENTRY_SIZE, TRAILER_SIZE
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+
+
+@dataclass
+class Step:
+    """One unit of work: a quantised layer (its 3-4 tensors) or one plain tensor."""
+
+    name: str  # layer prefix, or tensor name
+    layer: bool
+    tensors: list[tuple[str, str, tuple[int, ...]]]  # (stored name, dtype, shape)
+    family: str = "DENSE"  # "MARLIN", "AWQ" or "DENSE"
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(len(s.tensors) for s in self.steps)
+
+    def sizes(self) -> dict[str, int]:
+        """Exact sizes of the output file, computed from shapes (no data read)."""
+        cursor, payload = SLAB_OFFSET, 0
+        names = dims = 0
+        for step in self.steps:
+            for name, dtype, shape in step.tensors:
+                length = DTYPE_BY_NAME[dtype].itemsize
+                for d in shape:
+                    length *= d
+                payload += length
+                names += len(name.encode())
+                dims += len(shape)
+                if length:
+                    cursor = align_up(cursor + length, ALIGNMENT)
+        count = self.tensor_count
+        table = align_up(4 * ((1 << bucket_bits_for(count)) + 1), INDEX_SECTION_ALIGN)
+        index = table + ENTRY_SIZE * count + 8 * dims + names + len(encode_metadata(self.metadata))
+        total = cursor + index + TRAILER_SIZE
+        return {"file_size": total, "payload_bytes": payload, "index_bytes": index,
+                "padding_bytes": total - payload - index - TRAILER_SIZE - 128}  # fmt: skip
+
+
+def natural_key(name: str) -> list[Any]:
+    """``layers.10`` after ``layers.9``: digits compare as numbers."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(16 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
+    """The conversion order (natural name order; a layer where its first tensor sorts)."""
+    plan = Plan()
+    layers = set(src.layers())
+    done: set[str] = set()
+    for name in sorted(src.names(), key=natural_key):
+        prefix, _, part = name.rpartition(".")
+        if prefix in layers and part in (*PARTS, "bias"):
+            if prefix in done:
+                continue
+            done.add(prefix)
+            qi = src.entry(f"{prefix}.qweight")
+            family = "MARLIN" if marlin_shape_ok(qi.k, qi.n, qi.bits, qi.group_size) else "AWQ"
+            parts = [f"{prefix}.{p}" for p in PARTS]
+            if f"{prefix}.bias" in src:
+                parts.append(f"{prefix}.bias")
+            tensors = [(n, src.entry(n).dtype, _stored_shape(src, n, family)) for n in parts]
+            plan.steps.append(Step(prefix, True, tensors, family))
+        else:
+            info = src.entry(name)
+            plan.steps.append(Step(name, False, [(name, info.dtype, info.shape)]))
+    # a dry run skips hashing but keeps a same-length placeholder, so its size is exact
+    files = [
+        {
+            "name": f.name,
+            "size": f.stat().st_size,
+            "sha256": sha256_of(f) if hash_sources else "0" * 64,
+        }
+        for f in src.files
+    ]
+    plan.metadata = {
+        **src.metadata,
+        "provenance": {
+            "source_format": "AWQ v1 (AutoAWQ GEMM, safetensors)",
+            "source_files": files,
+            "converter": f"reference.convert {__version__}",
+        },
+    }
+    return plan
+
+
+def _stored_shape(src: V1Reader, name: str, family: str) -> tuple[int, ...]:
+    info = src.entry(name)
+    if family == "MARLIN" and name.endswith(".qweight"):
+        return (info.k // 16, info.n * 16 * info.bits // 32)
+    return info.shape
+
+
+def convert(
+    src_path: str | Path,
+    dst_path: str | Path,
+    *,
+    verify: bool = True,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Convert and return the summary (the same dict ``--json`` prints)."""
+    started = time.perf_counter()
+    with V1Reader(src_path) as src:
+        plan = make_plan(src)
+        check = _verify_file if verify else None
+        with Writer(dst_path, metadata=plan.metadata, check=check) as writer:
+            for step in _progress(plan.steps, enabled=progress):
+                _write_step(src, writer, step)
+    summary = _summary(plan, dst_path)
+    summary["verified"] = verify
+    summary["seconds"] = round(time.perf_counter() - started, 3)
+    summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return summary
+
+
+def _write_step(src: V1Reader, writer: Writer, step: Step) -> None:
+    if not step.layer:
+        info = src.entry(step.name)
+        writer.add(step.name, src.tensor(step.name), dtype=info.dtype)
+        return
+    qi = src.entry(f"{step.name}.qweight")
+    scales_dtype = src.entry(f"{step.name}.scales").dtype
+    bias = src.tensor(f"{step.name}.bias") if f"{step.name}.bias" in src else None
+    writer.add_linear(
+        step.name,
+        qweight=src.tensor(f"{step.name}.qweight"),
+        qzeros=src.tensor(f"{step.name}.qzeros"),
+        scales=src.tensor(f"{step.name}.scales"),
+        scale_dtype=scales_dtype,
+        bias=bias,
+        bits=qi.bits,
+        group_size=qi.group_size,
+    )
+
+
+def _verify_file(path: Path) -> None:
+    with Reader(path, validate=True) as reader:
+        reader.verify()
+
+
+def _progress(steps: list[Step], *, enabled: bool) -> Iterator[Step]:
+    if not enabled:
+        yield from steps
+        return
+    from tqdm import tqdm
+
+    yield from tqdm(steps, unit="tensor", desc="converting", file=sys.stderr, leave=False)
+
+
+def _summary(plan: Plan, dst: str | Path) -> dict[str, Any]:
+    layers = [s for s in plan.steps if s.layer]
+    return {
+        "destination": str(dst),
+        "tensors": plan.tensor_count,
+        "layers": len(layers),
+        "marlin_layers": sum(s.family == "MARLIN" for s in layers),
+        "awq_layout_layers": [s.name for s in layers if s.family == "AWQ"],
+        **plan.sizes(),
+    }
+
+
+def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
+    verb = "would write" if dry_run else "wrote"
+    print(f"{verb} {summary['destination']}: {summary['file_size']:,} bytes, "
+          f"{summary['tensors']} tensors, {summary['layers']} quantised layers "
+          f"({summary['marlin_layers']} Marlin)")  # fmt: skip
+    pad = summary["padding_bytes"] / max(summary["file_size"], 1)
+    print(f"  payload {summary['payload_bytes']:,} B, index {summary['index_bytes']:,} B, "
+          f"padding {summary['padding_bytes']:,} B ({pad:.2%})")  # fmt: skip
+    odd = summary["awq_layout_layers"]
+    if odd:
+        print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
+        for name in odd:
+            print(f"    {name}")
+    if not dry_run:
+        print(f"  verified: {'yes' if summary['verified'] else 'no (--no-verify)'}; "
+              f"{summary['seconds']} s; peak RSS {summary['peak_rss_mib']} MiB")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m reference.convert",
+        description="Convert an AWQ v1 (AutoAWQ GEMM) checkpoint to AWQ-v2. Layers are stored "
+        "pre-swizzled in vLLM's Marlin layout; the conversion streams layer by layer, so peak "
+        "memory is about one layer plus the index (tens of MiB for a 7B model's largest layer, "
+        "on top of Python and NumPy), not the model. The output is validated and every checksum "
+        "verified before it is renamed into place; a refused or interrupted conversion leaves "
+        "nothing at DST.",
+        epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error",
+    )
+    parser.add_argument("src", type=Path, help="AWQ v1 checkpoint folder or .safetensors file")
+    parser.add_argument("dst", type=Path, nargs="?", help="the .awq2 file to write")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+    parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.dst is None and not args.dry_run:
+        parser.error("DST is required unless --dry-run")
+    try:
+        if args.dst is not None:
+            for leftover in stale_partials(args.dst):
+                print(f"removing a partial file left by an interrupted run: {leftover}",
+                      file=sys.stderr)  # fmt: skip
+                leftover.unlink(missing_ok=True)
+        if args.dry_run:
+            with V1Reader(args.src) as src:
+                plan = make_plan(src, hash_sources=False)
+            summary = _summary(plan, args.dst or "(none)")
+            summary["plan"] = [
+                {"name": s.name, "layout": s.family, "tensors": [t[0] for t in s.tensors]}
+                for s in plan.steps
+            ]
+        else:
+            summary = convert(args.src, args.dst, verify=not args.no_verify,
+                              progress=not args.quiet and sys.stderr.isatty())  # fmt: skip
+    except FormatError as exc:
+        print(f"refused: [{exc.code}] {exc.message}", file=sys.stderr)
+        if exc.expected is not None or exc.found is not None:
+            print(f"  expected {exc.expected}, found {exc.found}", file=sys.stderr)
+        if exc.path:
+            print(f"  in {exc.path}", file=sys.stderr)
+        return EXIT_REFUSED
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_IO
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif not args.quiet:
+        _print_summary(summary, dry_run=args.dry_run)
+        if args.dry_run:
+            for step in summary["plan"]:
+                print(f"    {step['layout']:<6} {step['name']}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

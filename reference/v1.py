@@ -1,0 +1,490 @@
+"""Legacy AWQ v1 checkpoints (AutoAWQ "GEMM" packing in safetensors) behind the v2 reader API.
+
+Accepted inputs [V1-1]:
+
+* a single ``.safetensors`` file (the quantisation config then comes from a
+  ``config.json`` or ``quant_config.json`` beside it, if any);
+* a checkpoint folder with ``config.json`` (``quantization_config``) or a legacy
+  ``quant_config.json`` (``w_bit``, ``q_group_size``, ``zero_point``, ``version``),
+  and ``model.safetensors`` or shards listed by ``model.safetensors.index.json``.
+
+Opening reads the config, the shard index and each shard's JSON header (a few
+KiB each): no tensor data.  ``tensor()`` reads one tensor through the
+``safetensors`` package; ``linear()`` repacks one layer to Marlin in NumPy, the
+repack an engine does at load time today, which AWQ-v2 files make unnecessary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from safetensors import safe_open
+
+from reference import codec
+from reference.errors import FormatError, TensorNotFoundError, error
+from reference.layers import LinearLayer, dequantize_layer, shard
+from reference.rules import TensorInfo, marlin_shape_ok
+
+_ST_DTYPES = {
+    "BOOL": "BOOL", "U8": "U8", "I8": "I8", "U16": "U16", "I16": "I16", "U32": "U32",
+    "I32": "I32", "U64": "U64", "I64": "I64", "F16": "F16", "BF16": "BF16", "F32": "F32",
+    "F64": "F64", "F8_E4M3": "F8_E4M3", "F8_E5M2": "F8_E5M2",
+}  # fmt: skip
+_MAX_ST_HEADER = 100 << 20  # safetensors' own cap on its JSON header
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """The AWQ settings of a v1 checkpoint, normalised from either config spelling."""
+
+    bits: int
+    group_size: int
+    zero_point: bool
+    version: str
+    modules_to_not_convert: tuple[str, ...]
+    source: dict[str, Any]  # the config object as found, for the converted file's metadata
+
+    def skips(self, prefix: str) -> bool:
+        """True when ``prefix`` is inside a module the config leaves unquantised."""
+        parts = prefix.split(".")
+        return any(m in parts or prefix.startswith(m) for m in self.modules_to_not_convert)
+
+
+@dataclass(frozen=True)
+class _StTensor:
+    name: str
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int  # absolute offset of the payload in its file
+    length: int
+
+
+def _legacy(code: str, message: str, **kw: Any) -> FormatError:
+    return error(code, message, **kw)
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str, str]]:
+    """Parse one safetensors file's header and check that the file holds every payload [V1-3]."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise _legacy(
+                "V1_INCOMPLETE",
+                f"{path.name}: truncated safetensors file",
+                offset=0,
+                expected=">= 8 bytes",
+                found=len(head),
+                path=str(path),
+            )
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_ST_HEADER or 8 + length > size:
+            raise _legacy(
+                "V1_INCOMPLETE",
+                f"{path.name}: safetensors header length out of range",
+                offset=0,
+                expected=f"<= {min(_MAX_ST_HEADER, size - 8)}",
+                found=length,
+                path=str(path),
+            )
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _legacy(
+            "V1_INCOMPLETE",
+            f"{path.name}: safetensors header is not JSON",
+            offset=8,
+            expected="a JSON object",
+            found=str(exc)[:80],
+            path=str(path),
+        ) from exc
+    metadata = header.pop("__metadata__", None) or {}
+    base = 8 + length
+    tensors = {}
+    for name, spec in header.items():
+        start, end = spec["data_offsets"]
+        if base + end > size:
+            raise _legacy(
+                "V1_INCOMPLETE",
+                f"{path.name}: tensor {name!r} runs past the end of the file (truncated download?)",
+                offset=base + start,
+                expected=f"file of >= {base + end} bytes",
+                found=size,
+                path=str(path),
+            )
+        dtype = _ST_DTYPES.get(spec["dtype"])
+        if dtype is None:
+            raise _legacy(
+                "V1_UNSUPPORTED",
+                f"{path.name}: dtype {spec['dtype']} of {name!r}",
+                offset=8,
+                expected=sorted(_ST_DTYPES),
+                found=spec["dtype"],
+            )
+        tensors[name] = _StTensor(
+            name, path, dtype, tuple(spec["shape"]), base + start, end - start
+        )
+    return tensors, metadata
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _legacy(
+            "V1_BAD_CONFIG",
+            f"{path.name} cannot be read as JSON",
+            offset=0,
+            expected="a JSON object",
+            found=str(exc)[:120],
+            path=str(path),
+        ) from exc
+    if not isinstance(value, dict):
+        raise _legacy(
+            "V1_BAD_CONFIG",
+            f"{path.name} is not a JSON object",
+            offset=0,
+            expected="object",
+            found=type(value).__name__,
+            path=str(path),
+        )
+    return value
+
+
+def quant_config(folder: Path) -> tuple[dict[str, Any] | None, QuantConfig | None]:
+    """``(config.json or None, QuantConfig or None)`` from a folder [V1-2]."""
+    config = _read_json(folder / "config.json") if (folder / "config.json").is_file() else None
+    q: dict[str, Any] | None = None
+    if config is not None and isinstance(config.get("quantization_config"), dict):
+        q = dict(config["quantization_config"])
+    elif (folder / "quant_config.json").is_file():
+        legacy = _read_json(folder / "quant_config.json")
+        q = {
+            "quant_method": legacy.get("quant_method", "awq"),
+            "bits": legacy.get("w_bit", legacy.get("bits")),
+            "group_size": legacy.get("q_group_size", legacy.get("group_size")),
+            "zero_point": legacy.get("zero_point"),
+            "version": legacy.get("version", "gemm"),
+            "modules_to_not_convert": legacy.get("modules_to_not_convert"),
+        }
+    if q is None:
+        return config, None
+    return config, _normalise(q)
+
+
+def _normalise(q: dict[str, Any]) -> QuantConfig:
+    def refuse(what: str, expected: object, found: object) -> FormatError:
+        return _legacy(
+            "V1_UNSUPPORTED",
+            f"cannot read this checkpoint exactly: {what}",
+            offset=0,
+            expected=expected,
+            found=found,
+        )
+
+    method = str(q.get("quant_method", "awq")).lower()
+    if method != "awq":
+        raise refuse("quant_method", "awq", method)
+    version = str(q.get("version", "gemm")).lower()
+    if version != "gemm":
+        raise refuse(
+            "AWQ version (gemv, gemv_fast and AutoAWQ's marlin are other layouts)", "gemm", version
+        )
+    if q.get("zero_point") is False:
+        raise refuse("zero_point (Marlin's AWQ path needs zero points)", True, False)
+    bits, group_size = q.get("bits"), q.get("group_size")
+    if bits not in (4, 8):
+        raise refuse("bits", "4 or 8", bits)
+    if not isinstance(group_size, int) or not (group_size == -1 or group_size > 0):
+        raise refuse("group_size", "-1 or a positive integer", group_size)
+    skip = q.get("modules_to_not_convert") or ()
+    return QuantConfig(bits, group_size, True, version, tuple(skip), q)
+
+
+class V1Reader:
+    """An AWQ v1 checkpoint, read lazily, with the :class:`reference.Reader` API."""
+
+    format_version = "1"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        folder = self.path if self.path.is_dir() else self.path.parent
+        self.config, self.quant = quant_config(folder)
+        self.files = self._shard_files()
+        self._tensors: dict[str, _StTensor] = {}
+        self._st_metadata: dict[str, str] = {}
+        for file in self.files:
+            tensors, meta = read_safetensors_header(file)
+            self._tensors.update(tensors)
+            self._st_metadata.update(meta)
+        self._check_weight_map()
+        self._layers = self._find_layers()
+        self._handles: dict[Path, Any] = {}
+
+    def _shard_files(self) -> list[Path]:
+        if self.path.is_file():
+            return [self.path]
+        index = self.path / "model.safetensors.index.json"
+        if index.is_file():
+            self._weight_map = _read_json(index).get("weight_map") or {}
+            names = sorted(set(self._weight_map.values()))
+            missing = [n for n in names if not (self.path / n).is_file()]
+            if missing:
+                raise _legacy(
+                    "V1_INCOMPLETE",
+                    "the shard index names files that are missing",
+                    offset=0,
+                    expected="every shard present",
+                    found=missing[:5],
+                    path=str(index),
+                )
+            return [self.path / n for n in names]
+        single = self.path / "model.safetensors"
+        if single.is_file():
+            return [single]
+        found = sorted(p.name for p in self.path.glob("*.safetensors"))
+        raise _legacy(
+            "V1_INCOMPLETE",
+            "no model.safetensors or model.safetensors.index.json",
+            offset=0,
+            expected="a checkpoint folder",
+            found=found[:5] or "nothing",
+            path=str(self.path),
+        )
+
+    def _check_weight_map(self) -> None:
+        weight_map = getattr(self, "_weight_map", None)
+        if not weight_map:
+            return
+        for name, file in weight_map.items():
+            t = self._tensors.get(name)
+            if t is None or t.file.name != file:
+                raise _legacy(
+                    "V1_INCOMPLETE",
+                    f"tensor {name!r} is listed in the shard index but missing from {file}",
+                    offset=0,
+                    expected=name,
+                    found="absent",
+                    path=str(self.path / file),
+                )
+
+    def _find_layers(self) -> dict[str, QuantConfig]:
+        layers = {}
+        for name in self._tensors:
+            if not name.endswith(".qweight"):
+                continue
+            prefix = name[: -len(".qweight")]
+            if self.quant is None:
+                raise _legacy(
+                    "V1_BAD_CONFIG",
+                    f"{name!r} is quantised but no quantisation config "
+                    "was found (config.json quantization_config or quant_config.json)",
+                    offset=0,
+                    expected="a quantisation config",
+                    found="none",
+                )
+            if self.quant.skips(prefix):
+                raise _legacy(
+                    "V1_SHAPE_MISMATCH",
+                    f"{prefix!r} is in modules_to_not_convert but holds a qweight",
+                    offset=0,
+                    expected="an unquantised module",
+                    found="qweight",
+                )
+            for part in ("qzeros", "scales"):
+                if f"{prefix}.{part}" not in self._tensors:
+                    raise _legacy(
+                        "V1_INCOMPLETE",
+                        f"{prefix}.qweight without {prefix}.{part}",
+                        offset=0,
+                        expected=f"{prefix}.{part}",
+                        found="absent",
+                    )
+            self._check_layer_shapes(prefix, self.quant)
+            layers[prefix] = self.quant
+        return layers
+
+    def _check_layer_shapes(self, prefix: str, q: QuantConfig) -> None:
+        """qweight, qzeros and scales agree with each other and the config [V1-4]."""
+        qw, qz, sc = (self._tensors[f"{prefix}.{p}"] for p in ("qweight", "qzeros", "scales"))
+        pf = 32 // q.bits
+
+        def bad(what: str, expected: object, found: object) -> FormatError:
+            return _legacy(
+                "V1_SHAPE_MISMATCH",
+                f"{prefix}: {what}",
+                offset=0,
+                expected=expected,
+                found=found,
+                path=str(qw.file),
+            )
+
+        if qw.dtype != "I32" or len(qw.shape) != 2 or qz.dtype != "I32":
+            raise bad(
+                "qweight and qzeros must be int32 matrices",
+                "I32 [k, n/pf]",
+                f"{qw.dtype} {list(qw.shape)}, {qz.dtype}",
+            )
+        k, n = qw.shape[0], qw.shape[1] * pf
+        if q.group_size != -1 and k % q.group_size:
+            raise bad("group_size does not divide k", f"k % {q.group_size} == 0", k)
+        groups = 1 if q.group_size == -1 else k // q.group_size
+        if qz.shape != (groups, n // pf):
+            raise bad("qzeros shape", [groups, n // pf], list(qz.shape))
+        if sc.shape != (groups, n) or sc.dtype not in ("F16", "BF16", "F32"):
+            raise bad(
+                "scales shape or dtype",
+                f"F16/BF16/F32 {[groups, n]}",
+                f"{sc.dtype} {list(sc.shape)}",
+            )
+        hidden = (self.config or {}).get("hidden_size")
+        if hidden and prefix.endswith(("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")):
+            if k != hidden:
+                raise bad("in_features disagrees with config.json hidden_size", hidden, k)
+
+    # ------------------------------------------------------------------ the Reader API
+
+    def __enter__(self) -> V1Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.__exit__(None, None, None)
+        self._handles.clear()
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def names(self) -> list[str]:
+        """Tensor names in file order (shard by shard, then by offset)."""
+        return [t.name for t in sorted(self._tensors.values(), key=lambda t: (t.file, t.offset))]
+
+    def layers(self) -> list[str]:
+        return [
+            n[: -len(".qweight")] for n in self.names() if n[: -len(".qweight")] in self._layers
+        ]
+
+    def entry(self, name: str) -> TensorInfo:
+        t = self._tensors.get(name)
+        if t is None:
+            raise TensorNotFoundError(name)
+        layout, fields = "DENSE", (0, 0, 0, 0)
+        prefix, _, part = name.rpartition(".")
+        q = self._layers.get(prefix)
+        if q is not None and part in ("qweight", "qzeros", "scales"):
+            qw = self._tensors[f"{prefix}.qweight"]
+            layout = f"AWQ_{part.upper()}"
+            fields = (q.bits, q.group_size, qw.shape[0], qw.shape[1] * 32 // q.bits)
+        return TensorInfo(name, t.dtype, t.shape, layout, t.offset, t.length, 0, *fields)
+
+    def tensor(self, name: str) -> NDArray[Any]:
+        """The stored v1 payload (read through safetensors; BF16 as raw uint16 bits)."""
+        t = self._tensors.get(name)
+        if t is None:
+            raise TensorNotFoundError(name)
+        if t.dtype == "BF16":
+            raw = np.fromfile(t.file, dtype="<u2", count=t.length // 2, offset=t.offset)
+            return raw.reshape(t.shape)
+        handle = self._handles.get(t.file)
+        if handle is None:
+            handle = safe_open(str(t.file), framework="numpy").__enter__()
+            self._handles[t.file] = handle
+        return np.asarray(handle.get_tensor(name))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.config is not None:
+            out["config"] = self.config
+        if self.quant is not None:
+            out["quantization_config"] = self.quant.source
+        return out
+
+    def linear(
+        self,
+        prefix: str,
+        *,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        parallel: Literal["column", "row"] | None = None,
+    ) -> LinearLayer:
+        """The layer repacked to Marlin in NumPy (AWQ layout when Marlin's shape rules fail)."""
+        q = self._layers.get(prefix)
+        if q is None:
+            raise TensorNotFoundError(f"{prefix}.qweight")
+        qweight, qzeros, scales = (
+            self.tensor(f"{prefix}.{p}") for p in ("qweight", "qzeros", "scales")
+        )
+        k, n = qweight.shape[0], qweight.shape[1] * 32 // q.bits
+        scale_dtype = self._tensors[f"{prefix}.scales"].dtype
+        bias = self.tensor(f"{prefix}.bias") if f"{prefix}.bias" in self else None
+        if marlin_shape_ok(k, n, q.bits, q.group_size):
+            as_float = scales if scales.dtype.kind == "f" else scales.view(np.float16)
+            mq, ms, mz = codec.awq_to_marlin(
+                qweight, qzeros, as_float, bits=q.bits, group_size=q.group_size
+            )
+            layer = LinearLayer(
+                prefix,
+                "MARLIN",
+                mq,
+                np.asarray(ms).view(scales.dtype),
+                mz,
+                bias,
+                k,
+                n,
+                q.bits,
+                q.group_size,
+                scale_dtype,
+            )
+        else:
+            layer = LinearLayer(
+                prefix,
+                "AWQ",
+                qweight,
+                scales,
+                qzeros,
+                bias,
+                k,
+                n,
+                q.bits,
+                q.group_size,
+                scale_dtype,
+            )
+        if tp_size == 1 and parallel is None:
+            return layer
+        if parallel not in ("column", "row"):
+            raise ValueError(f"parallel must be 'column' or 'row', got {parallel!r}")
+        return shard(layer, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
+
+    def dequantize(self, prefix: str) -> NDArray[np.float32]:
+        return dequantize_layer(self.linear(prefix))
+
+    def validate(self) -> None:
+        """Everything is checked on open (configs, shard index, headers, layer shapes)."""
+
+    def verify(self) -> None:
+        """AWQ v1 carries no checksums: reading every tensor once is all that can be done."""
+        for name in self.names():
+            self.tensor(name)
+
+
+def is_safetensors(path: Path) -> bool:
+    """A file that starts like a safetensors file: u64 length, then ``{``."""
+    with path.open("rb") as f:
+        head = f.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
