@@ -1,0 +1,1 @@
+"""Loader adapters speaking the conformance protocol (see docs: conformance/adapter protocol)."""

@@ -1,0 +1,90 @@
+"""The reference implementation as a conformance loader.
+
+Usage: ``python -m conformance.adapters.reference FILE``.
+
+Protocol (docs/conformance.md): full validation and every checksum; on success exit 0
+and print the adapter JSON document (``conformance/schema/adapter-output.schema.json``);
+on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "message": ...}}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+import reference
+from reference.layers import unpack
+
+
+def _sha(array: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def describe(path: str) -> dict[str, Any]:
+    """What the reference reader reads from a file, in the adapter output format."""
+    with reference.Reader(path, validate=True) as f:
+        f.verify()
+        tensors = []
+        for info in sorted(f.entries(), key=lambda t: t.name):
+            view = f.tensor(info.name)
+            tensors.append(
+                {
+                    "name": info.name,
+                    "dtype": info.dtype,
+                    "shape": list(info.shape),
+                    "layout": info.layout,
+                    "sha256": _sha(view),
+                }
+            )
+        layers = []
+        for prefix in f.layers():
+            layer = f.linear(prefix)
+            q, z, s = unpack(layer)
+            layers.append(
+                {
+                    "prefix": prefix,
+                    "layout": layer.layout,
+                    "k": layer.k,
+                    "n": layer.n,
+                    "bits": layer.bits,
+                    "group_size": layer.group_size,
+                    "scale_dtype": layer.scale_dtype,
+                    "codes_sha256": _sha(q),
+                    "zeros_sha256": _sha(z),
+                    "scales_sha256": _sha(s),
+                    "dequantized_sha256": _sha(f.dequantize(prefix).astype("<f4")),
+                }
+            )
+        return {
+            "format_version": "{}.{}".format(*f.version),
+            "tensors": tensors,
+            "layers": layers,
+            "metadata": f.metadata,
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m conformance.adapters.reference FILE", file=sys.stderr)
+        return 2
+    try:
+        doc = describe(args[0])
+    except reference.FormatError as exc:
+        print(json.dumps({"error": exc.to_dict()}))
+        return 1
+    except Exception:  # any other exception is a crash, never a reject (exit 1)
+        traceback.print_exc()
+        return 3
+    print(json.dumps(doc, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,559 @@
+"""``python -m conformance.generate [--out DIR]``: rebuild every vector and the manifest.
+
+Deterministic: fixed seeds, fixed order, no timestamps, so the committed files in
+``conformance/vectors/`` and ``conformance/manifest.json`` are exactly what this
+produces (a test checks it).  Three classes, JSONTestSuite style:
+
+* ``y_*`` must be accepted, and the loader must report the expected content;
+* ``n_*`` must be rejected, with the expected error code;
+* ``i_*`` either: accepted with the expected content, or rejected with one of the
+  listed codes (the spec leaves support optional).
+
+Expected content is computed from the generator's own inputs, not by reading the
+files back: payload hashes of dense tensors are hashes of the input arrays, and
+for every quantised layer the codes, zero points, scales and dequantised weights
+are hashed from the values drawn here, with the arithmetic written out here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import reference
+from conformance.mutations import MUTATIONS, Mutation
+from conformance.surgery import FileEditor
+from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
+from spec.constants import MAX_NAME_LENGTH
+from spec.registry import DTYPES
+
+HERE = Path(__file__).resolve().parent
+MANIFEST_VERSION = 1
+
+
+def sha256(data: bytes | np.ndarray) -> str:
+    raw = np.ascontiguousarray(data).tobytes() if isinstance(data, np.ndarray) else data
+    return hashlib.sha256(raw).hexdigest()
+
+
+# ------------------------------------------------------------------------------ file contents
+
+
+@dataclass
+class Layer:
+    """One quantised layer as drawn: codes, zero points, plain scales (stored dtype), bias."""
+
+    prefix: str
+    q: np.ndarray
+    z: np.ndarray
+    s: np.ndarray
+    bits: int
+    group_size: int
+    scale_dtype: str = "F16"
+    bias: np.ndarray | None = None
+
+    def dequantized(self) -> np.ndarray:
+        """``float32((q - z[g]) * s[g])``, each operation in float32 (spec: codec chapter)."""
+        k = self.q.shape[0]
+        rows = k if self.group_size == -1 else self.group_size
+        s = self.s
+        if self.scale_dtype == "BF16":
+            s = (s.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        g = np.arange(k) // rows
+        qf = self.q.astype(np.float32)
+        return (qf - self.z.astype(np.float32)[g]) * s.astype(np.float32)[g]
+
+    def expected(self, layout: str) -> dict[str, Any]:
+        k, n = self.q.shape
+        return {
+            "prefix": self.prefix,
+            "layout": layout,
+            "k": k,
+            "n": n,
+            "bits": self.bits,
+            "group_size": self.group_size,
+            "scale_dtype": self.scale_dtype,
+            "codes_sha256": sha256(self.q.astype(np.uint8)),
+            "zeros_sha256": sha256(self.z.astype(np.uint8)),
+            "scales_sha256": sha256(self.s),
+            "dequantized_sha256": sha256(self.dequantized().astype("<f4")),
+        }
+
+
+@dataclass
+class Content:
+    dense: list[tuple[str, np.ndarray, str | None]] = field(default_factory=list)
+    layers: list[Layer] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None
+
+
+def draw_layer(
+    prefix: str,
+    k: int,
+    n: int,
+    bits: int,
+    group_size: int,
+    seed: int,
+    *,
+    scale_dtype: str = "F16",
+    bias: bool = False,
+) -> Layer:
+    rng = np.random.default_rng(seed)
+    groups = 1 if group_size == -1 else k // group_size
+    q = rng.integers(0, 2**bits, (k, n), dtype=np.uint8)
+    z = rng.integers(0, 2**bits, (groups, n), dtype=np.uint8)
+    s32 = (rng.random((groups, n), dtype=np.float32) * 0.05 + 0.001).astype(np.float32)
+    s: np.ndarray
+    if scale_dtype == "BF16":
+        s = (s32.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    else:
+        s = s32.astype({"F16": np.float16, "F32": np.float32}[scale_dtype])
+    b = rng.standard_normal(n).astype(np.float16) if bias else None
+    return Layer(prefix, q, z, s, bits, group_size, scale_dtype, b)
+
+
+def build(content: Content) -> tuple[bytes, dict[str, Any]]:
+    """Write a file with the reference writer; return its bytes and the expected content."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "v.awq2"
+        families = {}
+        with reference.Writer(path, metadata=content.metadata) as w:
+            for name, array, dtype in content.dense:
+                w.add(name, array, dtype=dtype)
+            for layer in content.layers:
+                families[layer.prefix] = w.add_linear(
+                    layer.prefix,
+                    q=layer.q,
+                    z=layer.z,
+                    scales=layer.s,
+                    bits=layer.bits,
+                    group_size=layer.group_size,
+                    bias=layer.bias,
+                    scale_dtype=layer.scale_dtype,
+                )
+        data = path.read_bytes()
+    return data, expected_content(data, content, families)
+
+
+def expected_content(data: bytes, content: Content, families: dict[str, str]) -> dict[str, Any]:
+    """Entry list (dtype, shape, layout, payload hash) plus the layers' value hashes."""
+    ed = FileEditor(data)
+    dense = {name: (array, dtype) for name, array, dtype in content.dense}
+    tensors = []
+    for i, e in enumerate(ed.entries()):
+        start, end = ed.name_range(i)
+        name = bytes(ed.data[start:end]).decode()
+        off, length = int(e["data_offset"]), int(e["data_length"])
+        payload = data[off : off + length]
+        if name in dense:  # independent of the writer: the input's own bytes
+            array = np.ascontiguousarray(dense[name][0])
+            assert array.astype(array.dtype.newbyteorder("<")).tobytes() == payload, name
+        dims_start = ed.dims_offset + 8 * int(e["dims_index"])
+        shape = np.frombuffer(data, "<u8", int(e["ndim"]), dims_start).tolist()
+        dtype = next(d.name for d in DTYPES if d.code == int(e["dtype"]))
+        layout = reference_layout_name(int(e["layout"]))
+        tensors.append(
+            {
+                "name": name,
+                "dtype": dtype,
+                "shape": shape,
+                "layout": layout,
+                "sha256": sha256(payload),
+            }
+        )
+    tensors.sort(key=lambda t: t["name"])
+    layers = [layer.expected(families[layer.prefix]) for layer in content.layers]
+    return {"tensors": tensors, "layers": layers, "metadata": content.metadata or {}}
+
+
+def reference_layout_name(code: int) -> str:
+    from spec.registry import LAYOUT_BY_CODE
+
+    return LAYOUT_BY_CODE[code].name
+
+
+# ------------------------------------------------------------------------------ base files
+
+
+def sample_content() -> Content:
+    """The base of most must-reject vectors (see conformance.mutations)."""
+    rng = np.random.default_rng(2024)
+    return Content(
+        dense=[
+            ("model.embed_tokens.weight", rng.standard_normal((64, 32)).astype(np.float16), None),
+            ("model.norm.weight", np.ones(32, dtype=np.float32), None),
+            ("model.layers.0.mlp.big", rng.integers(-99, 99, (300, 100), dtype=np.int32), None),
+            ("empty", np.zeros((0, 7), dtype=np.int64), None),
+            ("scalar", np.array(2.5, dtype=np.float64), None),
+        ],
+        layers=[draw_layer("model.layers.0.self_attn.q_proj", 128, 64, 4, 64, 1, bias=True)],
+        metadata={"config": {"hidden_size": 32}, "note": "conformance sample"},
+    )
+
+
+def pair_content() -> Content:
+    """Two same-length names in one bucket (for the duplicate-name vector)."""
+    names = [f"t{i:02d}" for i in range(100)]
+    bits = bucket_bits_for(2)
+    bucket = bucket_of(fnv1a_64(names[0].encode()), bits)
+    twin = next(n for n in names[1:] if bucket_of(fnv1a_64(n.encode()), bits) == bucket)
+    return Content(
+        dense=[(names[0], np.zeros(2, np.int8), None), (twin, np.ones(2, np.int8), None)]
+    )
+
+
+def many_content(count: int = 100) -> Content:
+    return Content(dense=[(f"layer.{i}.w", np.zeros(0, np.float16), None) for i in range(count)])
+
+
+BASES: dict[str, Callable[[], Content]] = {
+    "sample": sample_content,
+    "pair": pair_content,
+    "many": many_content,
+}
+
+
+def base_bytes(base: str) -> bytes:
+    return build(BASES[base]())[0]
+
+
+def mutated(mutation: Mutation, base: bytes) -> bytes:
+    ed = FileEditor(base)
+    mutation.edit(ed)
+    return ed.bytes()
+
+
+# ------------------------------------------------------------------------------ vectors
+
+
+@dataclass
+class Vector:
+    id: str
+    expect: str  # "accept", "reject" or "either"
+    requirements: tuple[str, ...]
+    description: str
+    data: bytes
+    content: dict[str, Any] | None = None
+    error_code: str | None = None
+    either_codes: tuple[str, ...] = ()
+    level: str | None = None
+
+
+def _accept(vid: str, reqs: tuple[str, ...], description: str, content: Content) -> Vector:
+    data, expected = build(content)
+    return Vector(vid, "accept", reqs, description, data, expected)
+
+
+def _all_dtypes() -> Content:
+    rng = np.random.default_rng(3)
+    dense: list[tuple[str, np.ndarray, str | None]] = []
+    for d in DTYPES:
+        raw = rng.integers(0, 256, 6 * d.itemsize, dtype=np.uint8)
+        array = raw.view(np.dtype(d.numpy)).reshape(2, 3)
+        if d.name == "BOOL":
+            array = (raw[:6] & 1).astype(bool).reshape(2, 3)
+        dense.append((f"dtype.{d.name}", array, d.name))
+    return Content(dense=dense)
+
+
+def _group_label(group_size: int) -> str:
+    return "channelwise" if group_size == -1 else f"g{group_size}"
+
+
+def _marlin(bits: int, group_size: int, k: int = 256, n: int = 128, **kw: Any) -> Content:
+    layer = draw_layer(
+        f"layer.b{bits}.g{group_size}", k, n, bits, group_size, 10 * bits + group_size, **kw
+    )
+    return Content(layers=[layer], metadata={"case": f"{bits}-bit, group size {group_size}"})
+
+
+def accept_vectors() -> list[Vector]:
+    rng = np.random.default_rng(99)
+    longest = "L" * (MAX_NAME_LENGTH - 2) + "é"  # 1024 bytes: 1022 ASCII + one 2-byte letter
+    many = Content(
+        dense=[
+            (f"model.layers.{i // 10}.part{i % 10}", np.zeros(0, np.float16), None)
+            for i in range(3000)
+        ]
+    )
+    vectors = [
+        _accept(
+            "y_empty_file", ("FILE-4", "IDX-5", "SLAB-5"), "no tensors, no metadata", Content()
+        ),
+        _accept(
+            "y_all_dtypes",
+            ("ENT-4", "ENT-8"),
+            "every registered dtype, shape [2, 3]",
+            _all_dtypes(),
+        ),
+        _accept(
+            "y_empty_and_0d",
+            ("ENT-6", "SLAB-5"),
+            "zero-length payloads and a 0-d tensor",
+            Content(
+                dense=[
+                    ("zero_rows", np.zeros((0, 5), np.float32), None),
+                    ("zero_cols", np.zeros((3, 0), np.int8), None),
+                    ("scalar", np.array(-1.5, np.float64), None),
+                    ("after", np.arange(5, dtype=np.uint16), None),
+                ]
+            ),
+        ),
+        _accept(
+            "y_unicode_names",
+            ("NAME-2",),
+            "names in several scripts",
+            Content(
+                dense=[
+                    ("模型.权重", np.ones(2, np.float16), None),
+                    ("résumé", np.zeros(1, np.int8), None),
+                    ("emoji.🙂", np.arange(3, dtype=np.int16), None),
+                    ("Ωμέγα", np.ones((1, 1), np.float32), None),
+                ],
+                metadata={"langue": "français", "語": ["日本語"]},
+            ),
+        ),
+        _accept(
+            "y_longest_name",
+            ("LIM-3", "NAME-2"),
+            "a 1024-byte name",
+            Content(dense=[(longest, np.ones(1, np.uint8), None)]),
+        ),
+        _accept(
+            "y_many_tensors",
+            ("IDX-5", "IDX-6", "IDX-8", "IDX-9"),
+            "3000 tensors: many buckets, several shared",
+            many,
+        ),
+        _accept(
+            "y_large_payload",
+            ("SLAB-2", "SLAB-5", "PAD-2"),
+            "payloads spanning several 64 KiB blocks",
+            Content(
+                dense=[
+                    ("big", rng.standard_normal((300, 200)).astype(np.float32), None),
+                    ("small", np.ones(3, np.float16), None),
+                ]
+            ),
+        ),
+        _accept(
+            "y_metadata_absent",
+            ("META-1",),
+            "metadata_length 0",
+            Content(dense=[("x", np.ones(2), None)]),
+        ),
+        _accept(
+            "y_metadata_nested",
+            ("META-2", "META-3", "LIM-5"),
+            "nested metadata",
+            Content(
+                dense=[("x", np.ones(2), None)],
+                metadata={
+                    "config": {"a": [1, 2, {"b": None}], "c": True},
+                    "provenance": {"files": []},
+                },
+            ),
+        ),
+    ]
+    for g in (-1, 32, 64, 128):
+        vectors.append(
+            _accept(
+                f"y_marlin_4bit_{_group_label(g)}",
+                ("LAY-4", "LAY-5", "LAY-8"),
+                f"4-bit Marlin layer, group size {g}",
+                _marlin(4, g),
+            )
+        )
+    vectors.append(
+        _accept(
+            "y_marlin_4bit_group_equals_k",
+            ("LAY-4", "LAY-5"),
+            "group size == k (channelwise scale map)",
+            _marlin(4, 128, k=128),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_marlin_4bit_bias",
+            ("NAME-4", "LAY-7"),
+            "layer with a plain fp16 bias",
+            Content(layers=[draw_layer("proj", 256, 192, 4, 128, 5, bias=True)]),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_marlin_4bit_bf16_scales",
+            ("LAY-6",),
+            "bf16 scales kept as stored",
+            _marlin(4, 64, scale_dtype="BF16"),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_marlin_4bit_f32_scales", ("LAY-6",), "f32 scales", _marlin(4, 32, scale_dtype="F32")
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_awq_layout_n_not_64",
+            ("LAY-8", "LAY-5"),
+            "n = 72: AWQ v1 layout",
+            Content(layers=[draw_layer("odd_n", 256, 72, 4, 64, 6)]),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_awq_layout_k_not_128",
+            ("LAY-8", "LAY-5"),
+            "k = 192: AWQ v1 layout",
+            Content(layers=[draw_layer("odd_k", 192, 128, 4, 64, 7)]),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_awq_layout_group_256",
+            ("LAY-4", "LAY-8"),
+            "group size 256: AWQ v1 layout",
+            Content(layers=[draw_layer("g256", 512, 64, 4, 256, 8)]),
+        )
+    )
+    sample = sample_content()
+    vectors.append(
+        _accept(
+            "y_sample",
+            ("RD-1", "RD-2", "FILE-3", "IDX-2", "CRC-1", "ENT-7", "ENT-9"),
+            "the base of the must-reject vectors",
+            sample,
+        )
+    )
+    data, expected = build(sample)
+    future = FileEditor(data).set_header(optional_flags=0xFFFF_0000_0000_0001).refresh().bytes()
+    vectors.append(
+        Vector(
+            "y_unknown_optional_flags", "accept", ("VER-4",), "optional flags set", future, expected
+        )
+    )
+    minor = FileEditor(data).set_header(version_minor=7, reserved2=b"future!!").refresh().bytes()
+    vectors.append(
+        Vector(
+            "y_unknown_minor_version",
+            "accept",
+            ("VER-1", "HDR-5"),
+            "version 2.7 using reserved bytes",
+            minor,
+            expected,
+        )
+    )
+    return vectors
+
+
+def either_vectors() -> list[Vector]:
+    """Only 8-bit Marlin is optional [LAY-9]: accept with values, or refuse the layout."""
+    out = []
+    for g in (-1, 128):
+        data, expected = build(_marlin(8, g))
+        out.append(
+            Vector(
+                f"i_marlin_8bit_{_group_label(g)}",
+                "either",
+                ("LAY-9", "LAY-5"),
+                f"8-bit Marlin, group size {g}: optional for readers",
+                data,
+                expected,
+                either_codes=("UNSUPPORTED_LAYOUT",),
+            )
+        )
+    return out
+
+
+def reject_vectors() -> list[Vector]:
+    bases = {name: base_bytes(name) for name in BASES}
+    stage = {"open": ("RD-1",), "validate": ("RD-2",), "verify": ("ENT-10",)}
+    return [
+        Vector(
+            f"n_{m.id}",
+            "reject",
+            tuple(dict.fromkeys((*m.requirements, *stage[m.level], "RD-3"))),
+            m.description,
+            mutated(m, bases[m.base]),
+            error_code=m.code,
+            level=m.level,
+        )
+        for m in MUTATIONS
+    ]
+
+
+def all_vectors() -> list[Vector]:
+    return [*accept_vectors(), *reject_vectors(), *either_vectors()]
+
+
+# ------------------------------------------------------------------------------ output
+
+
+def manifest(vectors: list[Vector]) -> dict[str, Any]:
+    entries = []
+    for v in vectors:
+        entry: dict[str, Any] = {
+            "id": v.id,
+            "file": f"vectors/{v.id}.awq2",
+            "sha256": sha256(v.data),
+            "size": len(v.data),
+            "expect": v.expect,
+            "requirements": list(v.requirements),
+            "description": v.description,
+        }
+        if v.error_code:
+            entry["error_code"] = v.error_code
+            entry["check_level"] = v.level
+        if v.either_codes:
+            entry["either_codes"] = list(v.either_codes)
+        if v.content is not None:
+            entry["content"] = v.content
+        entries.append(entry)
+    return {"manifest_version": MANIFEST_VERSION, "format_version": "2.0", "vectors": entries}
+
+
+def write_all(out: Path) -> dict[str, Any]:
+    vectors = all_vectors()
+    (out / "vectors").mkdir(parents=True, exist_ok=True)
+    for stale in (out / "vectors").glob("*.awq2"):
+        if stale.stem not in {v.id for v in vectors}:
+            stale.unlink()
+    for v in vectors:
+        (out / "vectors" / f"{v.id}.awq2").write_bytes(v.data)
+    doc = manifest(vectors)
+    (out / "manifest.json").write_text(
+        json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance.generate", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE, help="folder for vectors/ and manifest.json"
+    )
+    args = parser.parse_args(argv)
+    doc = write_all(args.out)
+    counts: dict[str, int] = {}
+    for v in doc["vectors"]:
+        counts[v["expect"]] = counts.get(v["expect"], 0) + 1
+    print(
+        f"wrote {len(doc['vectors'])} vectors to {args.out}: "
+        + ", ".join(f"{n} {k}" for k, n in counts.items())
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""The catalogue of malformed files: one named edit of a valid file per broken rule.
+
+Each :class:`Mutation` edits a valid base file (``conformance.surgery.FileEditor``)
+so that exactly one rule is broken, names the error code a conforming reader
+reports, the requirement ids it covers, and the check level that finds it:
+
+* ``open``: the O(1) checks every open performs [RD-1];
+* ``validate``: full validation [RD-2];
+* ``verify``: payload checksums [ENT-10].
+
+The conformance generator turns each into a must-reject vector; the test suite
+applies each to its own sample file.  Bases: ``"sample"`` (a few dense tensors of
+several dtypes, one of them over 64 KiB, an empty and a 0-d tensor, one 4-bit
+Marlin layer with bias, metadata), ``"pair"`` (two same-length names in one
+bucket) and ``"many"`` (100 tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.surgery import FileEditor
+from spec.constants import MAX_METADATA_LENGTH, MAX_TENSORS, SLAB_OFFSET
+from spec.schema import ENTRY_SIZE, HEADER_SIZE
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    edit: Callable[[FileEditor], object]
+    code: str
+    requirements: tuple[str, ...]
+    level: str  # "open", "validate" or "verify"
+    description: str
+    base: str = "sample"
+
+
+# ----------------------------------------------------------------------------- locating helpers
+
+
+def biggest(ed: FileEditor) -> int:
+    """Position of the entry with the longest payload."""
+    return int(np.argmax(ed.entries()["data_length"]))
+
+
+def nonempty(ed: FileEditor) -> list[int]:
+    """Positions of entries with a payload, in slab order."""
+    order = np.argsort(ed.entries()["data_offset"], kind="stable")
+    return [int(i) for i in order if ed.entries()[i]["data_length"]]
+
+
+def last_entry(ed: FileEditor) -> int:
+    return int(ed.h("tensor_count")) - 1
+
+
+def dims_at(ed: FileEditor, i: int) -> int:
+    return ed.dims_offset + 8 * int(ed.entries()[i]["dims_index"])
+
+
+def bucket_table(ed: FileEditor) -> np.ndarray:
+    """Writable view of the bucket table."""
+    return np.frombuffer(ed.data, "<u4", (1 << ed.h("bucket_bits")) + 1, ed.buckets_offset)
+
+
+# ----------------------------------------------------------------------------- edits
+
+
+def _overlap(ed: FileEditor) -> None:
+    a, b = nonempty(ed)[:2]
+    ed.set_entry(b, data_offset=int(ed.entries()[a]["data_offset"])).refresh()
+
+
+def _gap_before_index(ed: FileEditor) -> None:
+    at = ed.index_offset
+    ed.data[at:at] = bytes(65536)
+    ed.set_header(index_offset=at + 65536, file_size=len(ed.data)).refresh()
+
+
+def _bad_utf8_name(ed: FileEditor) -> None:
+    start, end = ed.name_range(last_entry(ed))
+    ed.set_bytes(start, b"\xff" * (end - start)).refresh()
+
+
+def _bucket_table_decreasing(ed: FileEditor) -> None:
+    table = bucket_table(ed)
+    steps = np.diff(table.astype(np.int64))
+    i = int(np.flatnonzero(steps > 0)[-1])  # the last non-empty bucket
+    table[i + 1] = table[i] - 1 if table[i] else 0
+    if table[i + 1] >= table[i]:
+        table[i] = table[i + 1] + 1
+    ed.refresh()
+
+
+def _one_long_bucket(ed: FileEditor) -> None:
+    table = bucket_table(ed)
+    table[1:] = table[-1]  # every entry in bucket 0
+    ed.refresh()
+
+
+def _shape_overflow(ed: FileEditor) -> None:
+    ed.set_bytes(dims_at(ed, biggest(ed)), (1 << 63).to_bytes(8, "little")).refresh()
+
+
+def _hidden_payload(ed: FileEditor) -> None:
+    i = nonempty(ed)[0]
+    end = int(ed.entries()[i]["data_offset"] + ed.entries()[i]["data_length"])
+    ed.set_bytes(end + 5, b"PK\x03\x04")  # a zip header in the padding: no checksum covers it
+
+
+def _duplicate(ed: FileEditor) -> None:
+    """Base "pair": rename the second name to the first (same length, same bucket)."""
+    from spec.algorithms import fnv1a_64
+
+    first_start, first_end = ed.name_range(0)
+    first = bytes(ed.data[first_start:first_end])
+    start, _ = ed.name_range(1)
+    ed.set_bytes(start, first).set_entry(1, name_hash=fnv1a_64(first)).refresh()
+
+
+def _names_out_of_order(ed: FileEditor) -> None:
+    """Base "pair": swap the two names (and hashes), so the bucket is in descending order."""
+    (a0, a1), (b0, b1) = ed.name_range(0), ed.name_range(1)
+    first, second = bytes(ed.data[a0:a1]), bytes(ed.data[b0:b1])
+    h0, h1 = int(ed.entries()[0]["name_hash"]), int(ed.entries()[1]["name_hash"])
+    ed.set_bytes(a0, second).set_bytes(b0, first)
+    ed.set_entry(0, name_hash=h1).set_entry(1, name_hash=h0).refresh()
+
+
+def _entry_named(ed: FileEditor, suffix: str) -> int:
+    for i in range(int(ed.h("tensor_count"))):
+        start, end = ed.name_range(i)
+        if bytes(ed.data[start:end]).endswith(suffix.encode()):
+            return i
+    raise KeyError(suffix)
+
+
+def _set_quant(suffix: str, **fields: int) -> Callable[[FileEditor], object]:
+    return lambda ed: ed.set_entry(_entry_named(ed, suffix), **fields).refresh()
+
+
+def _flip_payload(ed: FileEditor) -> None:
+    ed.flip_bit(int(ed.entries()[biggest(ed)]["data_offset"]) + 3, 6)
+
+
+def _truncate_at(where: Callable[[FileEditor], int]) -> Callable[[FileEditor], object]:
+    return lambda ed: ed.truncate(where(ed))
+
+
+def _first_payload_middle(ed: FileEditor) -> int:
+    i = nonempty(ed)[0]
+    return int(ed.entries()[i]["data_offset"] + ed.entries()[i]["data_length"] // 2)
+
+
+def _metadata_bom(ed: FileEditor) -> None:
+    ed.set_bytes(ed.metadata_offset, b"\xef\xbb\xbf").refresh()  # over the first 3 JSON bytes
+
+
+def _metadata_duplicate_key(ed: FileEditor) -> None:
+    doc = b'{"a":1,"a":2}'
+    length = ed.h("metadata_length")
+    ed.set_bytes(ed.metadata_offset, doc + b" " * (length - len(doc))).refresh()
+
+
+# ----------------------------------------------------------------------------- the catalogue
+
+M = Mutation
+MUTATIONS: tuple[Mutation, ...] = (
+    # truncation at every structural boundary [FILE-1]
+    M("truncated_empty", _truncate_at(lambda ed: 0), "TRUNCATED", ("FILE-1",), "open", "zero bytes"),
+    M("truncated_in_magic", _truncate_at(lambda ed: 5), "TRUNCATED", ("FILE-1",), "open", "5 bytes"),
+    M("truncated_after_header", _truncate_at(lambda ed: HEADER_SIZE), "TRUNCATED", ("FILE-1",), "open", "the header alone"),
+    M("truncated_in_padding", _truncate_at(lambda ed: 0x8000), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut inside the zero padding"),
+    M("truncated_at_slab", _truncate_at(lambda ed: SLAB_OFFSET), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut where the slab starts"),
+    M("truncated_in_payload", _truncate_at(_first_payload_middle), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut inside a payload"),
+    M("truncated_at_index", _truncate_at(lambda ed: ed.index_offset), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut where the index starts"),
+    M("truncated_in_entries", _truncate_at(lambda ed: ed.entries_offset + ENTRY_SIZE // 2), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut inside an entry"),
+    M("truncated_in_names", _truncate_at(lambda ed: ed.names_offset + 1), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut inside the name pool"),
+    M("truncated_before_trailer", _truncate_at(lambda ed: ed.trailer_offset), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "the trailer missing"),
+    M("truncated_last_byte", _truncate_at(lambda ed: len(ed.data) - 1), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "one byte short"),
+    # header [HDR, VER]
+    M("bad_magic", lambda ed: ed.set_bytes(0, b"GGUF"), "BAD_MAGIC", ("HDR-1",), "open", "another format's magic"),
+    M("magic_crlf_damage", lambda ed: ed.set_bytes(4, b"\n\x1a\n\x02"), "BAD_MAGIC", ("HDR-1",), "open", "CR LF -> LF conversion"),
+    M("major_version_3", lambda ed: ed.set_header(version_major=3).refresh(), "UNSUPPORTED_VERSION", ("VER-2",), "open", "major 3, checksums valid"),
+    M("major_version_1_bad_crc", lambda ed: ed.set_header(version_major=1), "UNSUPPORTED_VERSION", ("VER-2", "HDR-4"), "open", "version is checked before the checksum"),
+    M("header_checksum", lambda ed: ed.flip_bit(0x48, 0), "BAD_HEADER_CHECKSUM", ("HDR-4", "CRC-1"), "open", "one bit of tensor_count flipped"),
+    M("unknown_required_flag", lambda ed: ed.set_header(required_flags=1 << 17).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 17"),
+    M("reserved_header_byte", lambda ed: ed.set_header(reserved1=b"\x00\x01\x00").refresh(), "BAD_HEADER_FIELD", ("HDR-5",), "open", "reserved byte set in a 2.0 file"),
+    M("alignment_4096", lambda ed: ed.set_header(alignment=4096).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "alignment field not 65536"),
+    M("slab_offset_moved", lambda ed: ed.set_header(slab_offset=0x20000).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "slab_offset not 0x10000"),
+    M("index_offset_misaligned", lambda ed: ed.set_header(index_offset=ed.index_offset + 8).refresh(entries=False, metadata=False, trailer=False), "BAD_HEADER_FIELD", ("HDR-3",), "open", "index_offset not 64 KiB aligned"),
+    M("file_longer_than_header", lambda ed: ed.data.extend(bytes(16)), "FILE_SIZE_MISMATCH", ("FILE-2", "FILE-4"), "open", "16 bytes appended"),
+    # limits and index layout [LIM, IDX]
+    M("too_many_tensors", lambda ed: ed.set_header(tensor_count=MAX_TENSORS + 1).refresh(entries=False, metadata=False), "LIMIT_TENSORS", ("LIM-1", "LIM-2"), "open", "max_tensors + 1"),
+    M("tensor_count_2_pow_40", lambda ed: ed.set_header(tensor_count=1 << 40).refresh(entries=False, metadata=False), "LIMIT_TENSORS", ("LIM-1", "LIM-2"), "open", "a count that would allocate 64 TiB"),
+    M("bucket_bits_not_canonical", lambda ed: ed.set_header(bucket_bits=20).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-5", "LIM-7"), "open", "a 2**20-slot table for a few tensors"),
+    M("metadata_too_long", lambda ed: ed.set_header(metadata_length=MAX_METADATA_LENGTH + 1).refresh(entries=False, metadata=False), "LIMIT_METADATA", ("LIM-1", "LIM-5"), "open", "max_metadata_length + 1"),
+    M("names_length_huge", lambda ed: ed.set_header(names_length=1 << 60).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-3", "LIM-1"), "open", "name pool larger than the count allows"),
+    M("index_length_wrong", lambda ed: ed.set_header(index_length=ed.h("index_length") - 8).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-1", "IDX-3"), "open", "index_length 8 short"),
+    # trailer [TRL]
+    M("trailer_magic", lambda ed: ed.set_bytes(len(ed.data) - 1, b"\r"), "BAD_TRAILER_MAGIC", ("TRL-1",), "open", "last byte changed"),
+    M("trailer_checksum", lambda ed: ed.flip_bit(len(ed.data) - 20, 3), "BAD_TRAILER_CHECKSUM", ("TRL-2",), "open", "one trailer bit flipped"),
+    M("trailer_disagrees", lambda ed: ed.set_trailer(index_offset=ed.index_offset + 65536).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer points elsewhere, its own checksum valid"),
+    # index [IDX, ENT, NAME]
+    M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1"), "validate", "one name bit flipped"),
+    M("bucket_table_decreasing", _bucket_table_decreasing, "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "a bucket bound out of order"),
+    M("bucket_too_long", _one_long_bucket, "LIMIT_BUCKET", ("LIM-6", "IDX-5"), "validate", "100 entries in one bucket", base="many"),
+    M("entry_checksum", lambda ed: ed.flip_bit(ed.entry_offset(0) + 8, 1).refresh(entries=False), "BAD_ENTRY_CHECKSUM", ("ENT-9", "CRC-1"), "validate", "entry bytes changed, entry_crc not"),
+    M("entry_flags", lambda ed: ed.set_entry(0, flags=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-1",), "validate", "reserved entry flags"),
+    M("dims_index_not_canonical", lambda ed: ed.set_entry(last_entry(ed), dims_index=0).refresh(), "BAD_ENTRY_FIELD", ("ENT-3",), "validate", "dims not packed in entry order"),
+    M("name_offset_not_canonical", lambda ed: ed.set_entry(0, name_offset=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-2",), "validate", "names not packed in entry order"),
+    M("unknown_dtype", lambda ed: ed.set_entry(0, dtype=99).refresh(), "BAD_DTYPE", ("ENT-4", "ENT-7"), "validate", "dtype 99"),
+    M("reserved_layout", lambda ed: ed.set_entry(0, layout=7).refresh(), "BAD_LAYOUT", ("LAY-1",), "validate", "layout 7 (reserved for W4A8)"),
+    M("dense_with_bits", lambda ed: ed.set_entry(_entry_named(ed, "norm.weight"), bits=4).refresh(), "BAD_QUANT_FIELDS", ("LAY-2",), "validate", "DENSE entry with bits = 4"),
+    M("name_hash", lambda ed: ed.set_entry(0, name_hash=int(ed.entries()[0]["name_hash"]) ^ 1).refresh(), "BAD_NAME_HASH", ("IDX-7",), "validate", "hash off by one bit"),
+    M("empty_name", lambda ed: ed.set_entry(last_entry(ed), name_length=0).refresh(), "EMPTY_NAME", ("NAME-1",), "validate", "zero-length name"),
+    M("invalid_utf8_name", _bad_utf8_name, "BAD_NAME_UTF8", ("NAME-2",), "validate", "name bytes 0xFF"),
+    M("duplicate_name", _duplicate, "DUPLICATE_NAME", ("NAME-3", "IDX-8"), "validate", "two entries named alike", base="pair"),
+    M("names_out_of_order", _names_out_of_order, "BAD_ENTRY_ORDER", ("IDX-8",), "validate", "a bucket's names in descending order", base="pair"),
+    M("name_too_long", lambda ed: ed.set_entry(0, name_length=1025).refresh(entries=False), "LIMIT_NAME_LENGTH", ("LIM-3",), "validate", "name_length 1025"),
+    M("too_many_dims", lambda ed: ed.set_entry(0, ndim=9).refresh(entries=False), "LIMIT_DIMS", ("LIM-4",), "validate", "ndim 9"),
+    M("shape_overflow", _shape_overflow, "BAD_SHAPE", ("ENT-5",), "validate", "a dimension of 2**63"),
+    M("length_not_shape", lambda ed: ed.set_entry(biggest(ed), data_length=int(ed.entries()[biggest(ed)]["data_length"]) - 4).refresh(), "BAD_LENGTH", ("ENT-6", "ENT-7"), "validate", "data_length 4 short"),
+    M("misaligned_payload", lambda ed: ed.set_entry(biggest(ed), data_offset=int(ed.entries()[biggest(ed)]["data_offset"]) + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "ENT-7"), "validate", "payload 8 bytes past a boundary"),
+    M("payload_past_slab", lambda ed: ed.set_entry(biggest(ed), data_offset=ed.index_offset).refresh(), "OUT_OF_BOUNDS", ("SLAB-3", "ENT-7"), "validate", "payload inside the index"),
+    M("payload_before_slab", lambda ed: ed.set_entry(biggest(ed), data_offset=0).refresh(), "OUT_OF_BOUNDS", ("SLAB-3",), "validate", "payload over the header"),
+    M("overlapping_payloads", _overlap, "OVERLAP", ("SLAB-4",), "validate", "two payloads at one offset"),
+    M("gap_before_index", _gap_before_index, "SLAB_GAP", ("SLAB-1", "SLAB-5"), "validate", "a spare 64 KiB before the index"),
+    M("hidden_bytes_in_header_padding", lambda ed: ed.set_bytes(0x8000, b"\x01"), "NONZERO_PADDING", ("PAD-1", "PAD-4"), "validate", "one byte in the header padding"),
+    M("hidden_bytes_after_bucket_table", lambda ed: ed.set_bytes(ed.entries_offset - 1, b"\x01").refresh(), "NONZERO_PADDING", ("PAD-3", "PAD-4", "IDX-2"), "validate", "the bucket table's padding not zero"),
+    M("hidden_payload_in_slab_gap", _hidden_payload, "NONZERO_PADDING", ("PAD-2", "PAD-4"), "validate", "a zip header after a payload"),
+    # quantised layers [LAY]
+    M("marlin_k_not_multiple_of_128", _set_quant(".qweight", k=200), "BAD_QUANT_FIELDS", ("LAY-4", "LAY-5"), "validate", "k = 200 in a MARLIN_QWEIGHT entry"),
+    M("group_size_not_dividing_k", _set_quant(".scales", group_size=96), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "group size 96 with k = 128"),
+    M("bits_3", _set_quant(".qzeros", bits=3), "BAD_QUANT_FIELDS", ("LAY-3",), "validate", "bits = 3"),
+    M("scales_shape_wrong", _set_quant(".scales", n=128), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "scales entry says n = 128, stores [G, 64]"),
+    # metadata [META]
+    M("metadata_checksum", lambda ed: ed.set_header(metadata_crc=1).refresh(metadata=False), "BAD_METADATA_CHECKSUM", ("META-4",), "validate", "metadata_crc wrong"),
+    M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
+    M("metadata_bom", _metadata_bom, "BAD_METADATA", ("META-1",), "validate", "UTF-8 byte order mark"),
+    M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
+    # payloads [ENT-10]
+    M("tensor_checksum", _flip_payload, "BAD_TENSOR_CHECKSUM", ("ENT-10", "CRC-1"), "verify", "one payload bit flipped"),
+)  # fmt: skip
+
+MUTATION_BY_ID = {m.id: m for m in MUTATIONS}

@@ -1,0 +1,147 @@
+"""The conformance suite: committed vectors are reproducible, the manifest is well formed,
+the reference passes, and the runner catches loaders that accept or reject everything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+
+from conformance import generate, run, traceability
+from conformance.adapters.reference import describe
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conformance"
+MANIFEST = json.loads((CONF / "manifest.json").read_text(encoding="utf-8"))
+
+
+def _schemas() -> tuple[dict, dict, Registry]:
+    adapter = json.loads((CONF / "schema" / "adapter-output.schema.json").read_text())
+    manifest = json.loads((CONF / "schema" / "manifest.schema.json").read_text())
+    registry = Registry().with_resources([
+        (adapter["$id"], Resource.from_contents(adapter)),
+        ("adapter-output.schema.json", Resource.from_contents(adapter)),
+    ])  # fmt: skip
+    return adapter, manifest, registry
+
+
+def test_regenerating_reproduces_the_committed_vectors_exactly(tmp_path):
+    generate.write_all(tmp_path)
+    assert (tmp_path / "manifest.json").read_bytes() == (CONF / "manifest.json").read_bytes()
+    fresh = sorted(p.name for p in (tmp_path / "vectors").iterdir())
+    committed = sorted(p.name for p in (CONF / "vectors").iterdir())
+    assert fresh == committed
+    for name in fresh:
+        assert (tmp_path / "vectors" / name).read_bytes() == (
+            CONF / "vectors" / name
+        ).read_bytes(), name
+
+
+def test_manifest_matches_its_schema_and_files():
+    _, schema, registry = _schemas()
+    jsonschema.Draft202012Validator(schema, registry=registry).validate(MANIFEST)
+    ids = [v["id"] for v in MANIFEST["vectors"]]
+    assert len(ids) == len(set(ids))
+    for v in MANIFEST["vectors"]:
+        data = (CONF / v["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v["sha256"] and len(data) == v["size"]
+        assert v["id"][0] == {"accept": "y", "reject": "n", "either": "i"}[v["expect"]]
+
+
+def test_vector_classes_cover_what_the_suite_promises():
+    by_class: dict[str, int] = {}
+    for v in MANIFEST["vectors"]:
+        by_class[v["expect"]] = by_class.get(v["expect"], 0) + 1
+    assert by_class["accept"] >= 20 and by_class["reject"] >= 60 and by_class["either"] <= 3
+    codes = {v.get("error_code") for v in MANIFEST["vectors"]}
+    from spec.registry import ERROR_CODES
+
+    reader_codes = {e.code for e in ERROR_CODES if not e.code.startswith(("V1_", "UNSUPPORTED"))}
+    assert reader_codes <= codes, f"error codes without a vector: {reader_codes - codes}"
+
+
+@pytest.mark.parametrize("vector", [v for v in MANIFEST["vectors"] if v["expect"] != "reject"],
+                         ids=lambda v: v["id"])  # fmt: skip
+def test_reference_reads_every_accept_vector_as_the_manifest_says(vector):
+    adapter_schema, _, _ = _schemas()
+    doc = json.loads(json.dumps(describe(str(CONF / vector["file"]))))
+    jsonschema.Draft202012Validator(adapter_schema).validate(doc)
+    assert run.compare(vector["content"], doc) == ""
+
+
+def test_traceability_page_is_fresh_and_every_must_is_covered():
+    page = (ROOT / "docs" / "conformance" / "traceability.md").read_text(encoding="utf-8")
+    assert page == traceability.render(MANIFEST), "run python -m conformance.traceability"
+    assert traceability.uncovered(MANIFEST) == []
+
+
+def _runner(tmp_path: Path, loader: str, only: str) -> tuple[int, dict]:
+    report = tmp_path / "report.json"
+    status = run.main(["--loader", loader, "--only", only, "--report-json", str(report),
+                       "--junit-xml", str(tmp_path / "junit.xml"), "--quiet"])  # fmt: skip
+    return status, json.loads(report.read_text())
+
+
+SUBSET = "^(y_sample|y_marlin_4bit_g128|n_bad_magic|n_header_checksum|n_overlapping_payloads|i_marlin_8bit_g128)$"
+
+
+def test_reference_loader_passes_through_the_runner(tmp_path):
+    status, report = _runner(tmp_path, f"ref={run.REFERENCE_LOADER}", SUBSET)
+    assert status == 0, report
+    assert len(report) == 6 and all(o["passed"] for o in report)
+    assert "<testsuite" in (tmp_path / "junit.xml").read_text()
+
+
+def test_a_loader_that_accepts_everything_fails(tmp_path, capsys):
+    accept_all = f'{sys.executable} -c "print(\'{{\\"tensors\\": [], \\"layers\\": [], \\"metadata\\": {{}}}}\')" {{file}}'
+    status, report = _runner(tmp_path, f"yes={accept_all}", SUBSET)
+    assert status == 1
+    failed = {o["vector"] for o in report if not o["passed"]}
+    assert {"n_bad_magic", "n_header_checksum", "n_overlapping_payloads", "y_sample"} <= failed
+    out = capsys.readouterr().out
+    assert "n_bad_magic (HDR-1" in out  # the failure names the vector and its requirements
+
+
+def test_a_loader_that_rejects_everything_fails(tmp_path):
+    status, report = _runner(
+        tmp_path, f'no={sys.executable} -c "raise SystemExit(1)" {{file}}', SUBSET
+    )
+    assert status == 1
+    failed = {o["vector"] for o in report if not o["passed"]}
+    assert failed == {"y_sample", "y_marlin_4bit_g128", "i_marlin_8bit_g128"}
+
+
+def test_crashes_timeouts_and_wrong_codes_are_failures(tmp_path):
+    crash = f'crash={sys.executable} -c "raise SystemExit(3)" {{file}}'
+    status, report = _runner(tmp_path, crash, "^n_bad_magic$")
+    assert status == 1 and report[0]["kind"] == "crash"
+    wrong = f"wrong={sys.executable} -c \"print('BAD_LENGTH'); raise SystemExit(1)\" {{file}}"
+    status, report = _runner(tmp_path, wrong, "^n_bad_magic$")
+    assert status == 1 and "expected BAD_MAGIC" in report[0]["detail"]
+    slow = f'slow={sys.executable} -c "import time; time.sleep(5)" {{file}}'
+    assert (
+        run.main(["--loader", slow, "--only", "^n_bad_magic$", "--timeout", "0.5", "--quiet"]) == 1
+    )
+
+
+def test_manifest_layer_hashes_are_independent_of_the_codec():
+    """The layer values in the manifest come from the generator's inputs: recompute one
+    vector's codes and dequantised weights here from the same seed, without the reference."""
+    import numpy as np
+
+    layer = generate.draw_layer("layer.b4.g64", 256, 128, 4, 64, 10 * 4 + 64)
+    vector = next(v for v in MANIFEST["vectors"] if v["id"] == "y_marlin_4bit_g64")
+    (expected,) = vector["content"]["layers"]
+    assert expected["codes_sha256"] == hashlib.sha256(layer.q.tobytes()).hexdigest()
+    w = np.empty((256, 128), np.float32)
+    for row in range(256):
+        g = row // 64
+        w[row] = (layer.q[row].astype(np.float32) - layer.z[g].astype(np.float32)) * layer.s[
+            g
+        ].astype(np.float32)
+    assert expected["dequantized_sha256"] == hashlib.sha256(w.tobytes()).hexdigest()
