@@ -20,12 +20,14 @@ import os
 import sys
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from reference.errors import FormatError, TensorNotFoundError
 from reference.reader import Reader
+from reference.v1 import is_safetensors
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
@@ -236,6 +238,12 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
         print(f"  found    {escape(str(exc.found))}", file=out)
     if exc.requirements:
         print(f"  see      {', '.join(exc.requirements)}", file=out)
+    if exc.code == "BAD_MAGIC" and os.path.isfile(args.file) and is_safetensors(Path(args.file)):
+        print(
+            "  hint     this is a safetensors file (an AWQ v1 checkpoint?): reference.open() "
+            "reads it, and python -m reference.convert converts it to AWQ-v2",
+            file=out,
+        )
     raw = _raw_header(args.file)
     if raw:
         print("  header fields as stored (unvalidated):", file=out)

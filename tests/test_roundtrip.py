@@ -218,3 +218,13 @@ def test_missing_name_is_a_key_error(sample_file):
         with pytest.raises(KeyError):
             reader.tensor("absent")
         assert "absent" not in reader and "scalar" in reader
+
+
+def test_dump_hints_at_conversion_for_a_safetensors_file(tmp_path, capsys):
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": np.zeros(3, np.float16)}, str(path))
+    assert dump_main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "BAD_MAGIC" in out and "reference.convert" in out
