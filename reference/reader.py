@@ -86,6 +86,10 @@ class Reader:
         self.path = Path(path)
         with self.path.open("rb") as f:
             self.file_size = os.fstat(f.fileno()).st_size
+            head = f.read(len(MAGIC))
+            if len(head) == len(MAGIC) and head != MAGIC:  # [RD-1] magic first, if there is one
+                raise error("BAD_MAGIC", "not an AWQ-v2 file", offset=0,
+                            expected=MAGIC.hex(" "), found=head.hex(" "))  # fmt: skip
             if self.file_size < HEADER_SIZE + TRAILER_SIZE:  # [FILE-1]
                 raise error(
                     "TRUNCATED",

@@ -380,8 +380,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "RD-1",
         "MUST",
-        "Opening a file MUST check, in this order: size at least header + trailer, "
-        "magic, major version, header checksum, required flags, reserved bytes, fixed fields, "
+        "Opening a file MUST check, in this order: magic (when the file has at least 8 bytes), "
+        "size at least header + trailer, major version, header checksum, required flags, reserved bytes, fixed fields, "
         "limits, file size, index placement and length, trailer magic, trailer checksum, trailer "
         "agreement. These checks read only the header and the trailer.",
     ),
