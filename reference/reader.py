@@ -99,6 +99,7 @@ class Reader:
                     found=self.file_size,
                 )
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._fd = os.dup(f.fileno())  # read_into() reads this same file, not the path
         self._buf: NDArray[np.uint8] = np.frombuffer(self._mmap, dtype=np.uint8)
         try:
             self._open_checks()
@@ -514,6 +515,32 @@ class Reader:
         """Prefixes of every quantised linear layer, in slab order."""
         return find_layers(self)
 
+    def tensors(self) -> Iterator[tuple[rules.TensorInfo, NDArray[Any]]]:
+        """Every ``(entry, zero-copy view)`` in slab order, each entry checked once."""
+        for info in self.entries():
+            yield info, self._view(info)
+
+    def read_into(self, tensor: str | rules.TensorInfo, out: Any) -> NDArray[Any]:
+        """Read one payload into a caller's buffer (preallocated, pinned...) with positioned
+        reads instead of the memory map, and return ``out``'s first ``length`` bytes viewed
+        with the tensor's dtype and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
+        reader returned (from ``entries()``), which skips the lookup.  A file truncated
+        meanwhile raises ``TRUNCATED`` here, where a mapped view would fault (SIGBUS)."""
+        info = tensor if isinstance(tensor, rules.TensorInfo) else self.entry(tensor)
+        target = memoryview(out).cast("B")
+        if len(target) < info.length:
+            raise ValueError(f"buffer of {len(target)} bytes for a {info.length}-byte payload")
+        done = 0
+        while done < info.length:
+            got = os.preadv(self._fd, [target[done : info.length]], info.offset + done)
+            if got == 0:
+                raise error("TRUNCATED", f"file ended inside the payload of {info.name!r}",
+                            offset=info.offset + done, expected=info.offset + info.length,
+                            found=info.offset + done)  # fmt: skip
+            done += got
+        dtype = np.dtype(DTYPE_BY_NAME[info.dtype].numpy)
+        return np.frombuffer(target[: info.length], dtype).reshape(info.shape)
+
     def names(self) -> list[str]:
         """Every tensor name, in slab order (then by name for empty payloads)."""
         infos = [self._info(self._record(i)) for i in range(self._count)]
@@ -584,6 +611,9 @@ class Reader:
         for name in ("_buckets", "_entries", "_dims"):
             if hasattr(self, name):
                 delattr(self, name)
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+            self._fd = -1
         try:
             self._mmap.close()
         except BufferError:

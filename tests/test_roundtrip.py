@@ -228,3 +228,30 @@ def test_dump_hints_at_conversion_for_a_safetensors_file(tmp_path, capsys):
     assert dump_main([str(path)]) == 1
     out = capsys.readouterr().out
     assert "BAD_MAGIC" in out and "reference.convert" in out
+
+
+def test_tensors_and_read_into_give_the_stored_payloads(sample_file):
+    tensors = sample_tensors()
+    with reference.open(sample_file) as reader:
+        pairs = list(reader.tensors())
+        assert [info.name for info, _ in pairs] == reader.names()
+        buf = np.empty(sum(info.length for info, _ in pairs) + 1, np.uint8)
+        pos = 0
+        for info, view in pairs:
+            got = reader.read_into(info, buf[pos : pos + info.length])
+            np.testing.assert_array_equal(got, tensors[info.name])
+            np.testing.assert_array_equal(view, tensors[info.name])
+            assert got.shape == info.shape
+            pos += info.length
+        again = reader.read_into("model.norm.weight", np.empty(1000, np.uint8))
+        np.testing.assert_array_equal(again, tensors["model.norm.weight"])
+        with pytest.raises(ValueError):
+            reader.read_into("model.norm.weight", np.empty(4, np.uint8))
+
+
+def test_read_into_reports_a_file_truncated_after_open(sample_file):
+    with reference.open(sample_file) as reader:
+        info = reader.entry("model.layers.0.mlp.big")
+        os.truncate(sample_file, info.offset + 10)
+        with pytest.raises(reference.TruncatedError):
+            reader.read_into(info, np.empty(info.length, np.uint8))
