@@ -80,9 +80,20 @@ def _header_value(raw: np.void, name: str) -> Any:
 
 
 class Reader:
-    """An open AWQ-v2 file.  Use :func:`open`; close it (or use ``with``) when done."""
+    """An open AWQ-v2 file.  Use :func:`open`; close it (or use ``with``) when done.
 
-    def __init__(self, path: str | os.PathLike[str], *, validate: bool = False) -> None:
+    By default the file is memory-mapped and views are zero-copy.  A mapped file that is
+    truncated or rewritten in place while open (another process, a shared or network file
+    system) is not checked again: touching a view of a page that is gone kills the process
+    with SIGBUS, and changed bytes appear in views without any checksum noticing.  For an
+    untrusted file on shared storage, pass ``copy=True``: the file is read once into private
+    memory (``bytes``) and every check and view uses that snapshot, so later changes to the
+    file cannot reach the reader (at the cost of reading the whole file up front).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
+    ) -> None:
         self.path = Path(path)
         with self.path.open("rb") as f:
             self.file_size = os.fstat(f.fileno()).st_size
@@ -90,6 +101,11 @@ class Reader:
             if len(head) == len(MAGIC) and head != MAGIC:  # [RD-1] magic first, if there is one
                 raise error("BAD_MAGIC", "not an AWQ-v2 file", offset=0,
                             expected=MAGIC.hex(" "), found=head.hex(" "))  # fmt: skip
+            snapshot = None
+            if copy:  # a private snapshot: checks and views never touch the file again
+                f.seek(0)
+                snapshot = f.read()
+                self.file_size = len(snapshot)
             if self.file_size < HEADER_SIZE + TRAILER_SIZE:  # [FILE-1]
                 raise error(
                     "TRUNCATED",
@@ -98,8 +114,12 @@ class Reader:
                     expected=f">= {HEADER_SIZE + TRAILER_SIZE} bytes",
                     found=self.file_size,
                 )
-            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._fd = os.dup(f.fileno())  # read_into() reads this same file, not the path
+            self._mmap: mmap.mmap | bytes
+            if snapshot is not None:
+                self._mmap, self._fd = snapshot, -1
+            else:
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self._fd = os.dup(f.fileno())  # read_into() reads this same file, not the path
         self._buf: NDArray[np.uint8] = np.frombuffer(self._mmap, dtype=np.uint8)
         try:
             self._open_checks()
@@ -531,6 +551,9 @@ class Reader:
         if len(target) < info.length:
             raise ValueError(f"buffer of {len(target)} bytes for a {info.length}-byte payload")
         done = 0
+        if isinstance(self._mmap, bytes):  # copy=True: from the snapshot, not the file
+            target[: info.length] = self._mmap[info.offset : info.offset + info.length]
+            done = info.length
         while done < info.length:
             got = os.preadv(self._fd, [target[done : info.length]], info.offset + done)
             if got == 0:
@@ -615,7 +638,8 @@ class Reader:
             os.close(self._fd)
             self._fd = -1
         try:
-            self._mmap.close()
+            if isinstance(self._mmap, mmap.mmap):
+                self._mmap.close()
         except BufferError:
             pass  # a view still uses it; it is unmapped when the last view goes
 
@@ -688,11 +712,16 @@ def parse_metadata(raw: bytes, *, offset: int) -> dict[str, Any]:
     return document
 
 
-def open(path: str | os.PathLike[str], *, validate: bool = False) -> Reader | V1Reader:  # noqa: A001
+def open(  # noqa: A001
+    path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
+) -> Reader | V1Reader:
     """Open an AWQ-v2 file, or an AWQ v1 checkpoint (file or folder) through the same API.
 
-    ``validate=True`` runs full validation before returning.  A file is AWQ-v2 when it starts
-    with the magic; a folder, or a file that starts like safetensors, is read as AWQ v1 [V1-1].
+    ``validate=True`` runs full validation before returning.  ``copy=True`` reads an AWQ-v2
+    file into private memory instead of mapping it (see :class:`Reader`: a mapped file
+    truncated meanwhile kills the process with SIGBUS); AWQ v1 checkpoints ignore it.  A file
+    is AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors,
+    is read as AWQ v1 [V1-1].
     """
     p = Path(path)
     if p.is_dir():
@@ -701,7 +730,7 @@ def open(path: str | os.PathLike[str], *, validate: bool = False) -> Reader | V1
         head = f.read(len(MAGIC))
     if head != MAGIC and is_safetensors(p):
         return V1Reader(p)
-    return Reader(p, validate=validate)
+    return Reader(p, validate=validate, copy=copy)
 
 
 __all__ = ["FormatError", "Reader", "open", "parse_metadata"]

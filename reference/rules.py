@@ -19,6 +19,10 @@ from spec.registry import (
     SCALE_DTYPES,
 )
 
+#: Largest extent (non-zero dimensions x itemsize) an array library with signed 64-bit sizes
+#: (NumPy's intp, PyTorch) can describe, even for a tensor with a zero dimension.
+_MAX_EXTENT = (1 << 63) - 1
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -121,6 +125,14 @@ def check_payload(
             "shape x itemsize does not fit in 64 bits",
             offset=offset,
             expected="< 2**64",
+            found=f"{shape} x {dtype.itemsize}",
+        )
+    if element_count(tuple(d for d in shape if d)) * dtype.itemsize > _MAX_EXTENT:
+        raise error(
+            "BAD_SHAPE",
+            "non-zero dimensions x itemsize do not fit in a signed 64-bit size",
+            offset=offset,
+            expected="< 2**63",
             found=f"{shape} x {dtype.itemsize}",
         )
     if data_length != nbytes:

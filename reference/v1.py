@@ -25,12 +25,13 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from reference import codec
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.layers import LinearLayer, dequantize_layer, shard
-from reference.rules import TensorInfo, marlin_shape_ok
+from reference.rules import _MAX_EXTENT, TensorInfo, element_count, marlin_shape_ok
+from spec.registry import DTYPE_BY_NAME
 
 _ST_DTYPES = {
     "BOOL": "BOOL", "U8": "U8", "I8": "I8", "U16": "U16", "I16": "I16", "U32": "U32",
@@ -38,6 +39,10 @@ _ST_DTYPES = {
     "F64": "F64", "F8_E4M3": "F8_E4M3", "F8_E5M2": "F8_E5M2",
 }  # fmt: skip
 _MAX_ST_HEADER = 100 << 20  # safetensors' own cap on its JSON header
+_ST_ITEMSIZE = {name: DTYPE_BY_NAME[name].itemsize for name in _ST_DTYPES}
+#: Read raw (as the registry's NumPy type), not through safetensors' NumPy backend, which
+#: has no bfloat16 or float8 type.
+_RAW_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 
 
 @dataclass(frozen=True)
@@ -107,10 +112,18 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str,
             found=str(exc)[:80],
             path=str(path),
         ) from exc
+    if not isinstance(header, dict) or not isinstance(header.get("__metadata__") or {}, dict):
+        raise _legacy("V1_INCOMPLETE", f"{path.name}: safetensors header is not a JSON object",
+                      offset=8, expected="an object", found=type(header).__name__,
+                      path=str(path))  # fmt: skip
     metadata = header.pop("__metadata__", None) or {}
     base = 8 + length
     tensors = {}
     for name, spec in header.items():
+        if not _well_formed(spec):
+            raise _legacy("V1_INCOMPLETE", f"{path.name}: malformed header entry for {name!r}",
+                          offset=8, expected="dtype, shape and data_offsets of one tensor",
+                          found=str(spec)[:80], path=str(path))  # fmt: skip
         start, end = spec["data_offsets"]
         if base + end > size:
             raise _legacy(
@@ -130,10 +143,32 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str,
                 expected=sorted(_ST_DTYPES),
                 found=spec["dtype"],
             )
+        if end - start != _ST_ITEMSIZE[dtype] * element_count(tuple(spec["shape"])):
+            raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} length is not its shape's",
+                          offset=8, expected=f"shape {spec['shape']} of {dtype}",
+                          found=f"{end - start} bytes", path=str(path))  # fmt: skip
+        if _ST_ITEMSIZE[dtype] * element_count(tuple(d for d in spec["shape"] if d)) > _MAX_EXTENT:
+            raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} shape is not representable",
+                          offset=8, expected="non-zero dimensions x itemsize < 2**63",
+                          found=spec["shape"], path=str(path))  # fmt: skip
         tensors[name] = _StTensor(
             name, path, dtype, tuple(spec["shape"]), base + start, end - start
         )
     return tensors, metadata
+
+
+def _well_formed(spec: Any) -> bool:
+    """A safetensors header entry: a str dtype, a list of sizes, two ordered offsets."""
+
+    def sizes(value: Any) -> bool:
+        return isinstance(value, list) and all(type(v) is int and v >= 0 for v in value)
+
+    if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
+        return False
+    offsets = spec.get("data_offsets")
+    if not sizes(spec.get("shape")) or not isinstance(offsets, list) or not sizes(offsets):
+        return False
+    return len(offsets) == 2 and offsets[0] <= offsets[1]
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -202,11 +237,14 @@ def _normalise(q: dict[str, Any]) -> QuantConfig:
     if q.get("zero_point") is False:
         raise refuse("zero_point (Marlin's AWQ path needs zero points)", True, False)
     bits, group_size = q.get("bits"), q.get("group_size")
-    if bits not in (4, 8):
+    if type(bits) is not int or bits not in (4, 8):
         raise refuse("bits", "4 or 8", bits)
-    if not isinstance(group_size, int) or not (group_size == -1 or group_size > 0):
+    if type(group_size) is not int or not (group_size == -1 or group_size > 0):
         raise refuse("group_size", "-1 or a positive integer", group_size)
     skip = q.get("modules_to_not_convert") or ()
+    if not isinstance(skip, list | tuple) or not all(isinstance(m, str) for m in skip):
+        raise _legacy("V1_BAD_CONFIG", "modules_to_not_convert is not a list of module names",
+                      offset=0, expected="a list of str", found=str(skip)[:80])  # fmt: skip
     return QuantConfig(bits, group_size, True, version, tuple(skip), q)
 
 
@@ -397,14 +435,20 @@ class V1Reader:
         t = self._tensors.get(name)
         if t is None:
             raise TensorNotFoundError(name)
-        if t.dtype == "BF16":
-            raw = np.fromfile(t.file, dtype="<u2", count=t.length // 2, offset=t.offset)
+        if t.dtype in _RAW_DTYPES:
+            d = DTYPE_BY_NAME[t.dtype]
+            raw = np.fromfile(t.file, dtype=d.numpy, count=t.length // d.itemsize, offset=t.offset)
             return raw.reshape(t.shape)
-        handle = self._handles.get(t.file)
-        if handle is None:
-            handle = safe_open(str(t.file), framework="numpy").__enter__()
-            self._handles[t.file] = handle
-        return np.asarray(handle.get_tensor(name))
+        try:
+            handle = self._handles.get(t.file)
+            if handle is None:
+                handle = safe_open(str(t.file), framework="numpy").__enter__()
+                self._handles[t.file] = handle
+            return np.asarray(handle.get_tensor(name))
+        except SafetensorError as exc:  # offsets safetensors refuses (gaps, overlaps...)
+            raise _legacy("V1_INCOMPLETE", f"{t.file.name}: safetensors refuses it: {exc}",
+                          offset=t.offset, expected="a valid safetensors file",
+                          found=str(exc)[:120], path=str(t.file)) from exc  # fmt: skip
 
     @property
     def metadata(self) -> dict[str, Any]:
