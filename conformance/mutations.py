@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.surgery import FileEditor
+from spec.algorithms import bucket_of, fnv1a_64
 from spec.constants import MAX_METADATA_LENGTH, MAX_TENSORS, SLAB_OFFSET
+from spec.registry import LAYOUT_BY_NAME
 from spec.schema import ENTRY_SIZE, HEADER_SIZE
 
 
@@ -141,6 +143,34 @@ def _set_quant(suffix: str, **fields: int) -> Callable[[FileEditor], object]:
     return lambda ed: ed.set_entry(_entry_named(ed, suffix), **fields).refresh()
 
 
+def _rename_suffix(suffix: str, stem: str) -> Callable[[FileEditor], object]:
+    """Rename the entry ending in ``suffix`` to one ending in ``stem`` plus one more
+    character, picked so that the name keeps its length, its bucket and its place in the
+    bucket's order: the file stays valid except for what the new name means."""
+    assert len(stem) + 1 == len(suffix)
+
+    def edit(ed: FileEditor) -> object:
+        i = _entry_named(ed, suffix)
+        start, end = ed.name_range(i)
+        old = bytes(ed.data[start:end])
+        bits = int(ed.h("bucket_bits"))
+        bucket = bucket_of(fnv1a_64(old), bits)
+        names = [bytes(ed.data[slice(*ed.name_range(j))]) for j in range(len(ed.entries()))]
+        mates = [
+            n for j, n in enumerate(names) if j != i and bucket_of(fnv1a_64(n), bits) == bucket
+        ]
+        for c in b"abcdefghijklmnopqrstuvwxyz0123456789":
+            new = old[: -len(suffix)] + stem.encode() + bytes([c])
+            if new in names or bucket_of(fnv1a_64(new), bits) != bucket:
+                continue
+            if all((m < new) == (m < old) for m in mates):
+                ed.set_bytes(start, new).set_entry(i, name_hash=fnv1a_64(new))
+                return ed.refresh()
+        raise AssertionError(f"no same-bucket rename for {old!r}")
+
+    return edit
+
+
 def _flip_payload(ed: FileEditor) -> None:
     ed.flip_bit(int(ed.entries()[biggest(ed)]["data_offset"]) + 3, 6)
 
@@ -197,7 +227,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("tensor_count_2_pow_40", lambda ed: ed.set_header(tensor_count=1 << 40).refresh(entries=False, metadata=False), "LIMIT_TENSORS", ("LIM-1", "LIM-2"), "open", "a count that would allocate 64 TiB"),
     M("bucket_bits_not_canonical", lambda ed: ed.set_header(bucket_bits=20).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-5", "LIM-7"), "open", "a 2**20-slot table for a few tensors"),
     M("metadata_too_long", lambda ed: ed.set_header(metadata_length=MAX_METADATA_LENGTH + 1).refresh(entries=False, metadata=False), "LIMIT_METADATA", ("LIM-1", "LIM-5"), "open", "max_metadata_length + 1"),
-    M("names_length_huge", lambda ed: ed.set_header(names_length=1 << 60).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-3", "LIM-1"), "open", "name pool larger than the count allows"),
+    M("names_length_huge", lambda ed: ed.set_header(names_length=1 << 60).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-3", "IDX-10", "LIM-1"), "open", "name pool larger than the count allows"),
     M("index_length_wrong", lambda ed: ed.set_header(index_length=ed.h("index_length") - 8).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-1", "IDX-3"), "open", "index_length 8 short"),
     # trailer [TRL]
     M("trailer_magic", lambda ed: ed.set_bytes(len(ed.data) - 1, b"\r"), "BAD_TRAILER_MAGIC", ("TRL-1",), "open", "last byte changed"),
@@ -236,6 +266,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("group_size_not_dividing_k", _set_quant(".scales", group_size=96), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "group size 96 with k = 128"),
     M("bits_3", _set_quant(".qzeros", bits=3), "BAD_QUANT_FIELDS", ("LAY-3",), "validate", "bits = 3"),
     M("scales_shape_wrong", _set_quant(".scales", n=128), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "scales entry says n = 128, stores [G, 64]"),
+    M("layer_mixed_layout_families", _set_quant(".scales", layout=LAYOUT_BY_NAME["AWQ_SCALES"].code), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "AWQ_SCALES (same dtype and shape) beside MARLIN_QWEIGHT and MARLIN_QZEROS"),
+    M("layer_without_qzeros", _rename_suffix(".qzeros", ".qzero"), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "a MARLIN_QZEROS entry renamed <prefix>.qzero? (one letter changed): not named for its role, and the layer lacks qzeros"),
     # metadata [META]
     M("metadata_checksum", lambda ed: ed.set_header(metadata_crc=1).refresh(metadata=False), "BAD_METADATA_CHECKSUM", ("META-4",), "validate", "metadata_crc wrong"),
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),

@@ -83,6 +83,8 @@ def write_linear(
     assert z is not None
     q, z, scales = np.asarray(q), np.asarray(z), np.asarray(scales)
     k, n = q.shape
+    if bias is not None and np.shape(bias) != (n,):
+        raise ValueError(f"{prefix}: bias of shape {np.shape(bias)}, expected ({n},)")
     stored_dtype = scale_dtype or _scale_dtype_name(scales)
     fields = dict(bits=bits, group_size=group_size, k=k, n=n)
     if marlin_shape_ok(k, n, bits, group_size):

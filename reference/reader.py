@@ -203,7 +203,7 @@ class Reader:
                 found=h["metadata_length"],
             )
         for name, per_entry in (("names_length", MAX_NAME_LENGTH), ("dims_count", MAX_DIMS)):
-            if h[name] > count * per_entry:
+            if h[name] > count * per_entry:  # [IDX-10]
                 raise error(
                     "BAD_INDEX_LAYOUT",
                     f"{name} larger than tensor_count allows",

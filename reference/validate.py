@@ -7,9 +7,10 @@ The opening checks [RD-1] have already passed when this runs.  Then:
 3. every entry, in index order: bounds, checksum, fields, name, hash, bucket and
    order, canonical packing of names and dims, shape, length, layout, slab bounds
    [ENT-*, NAME-*, IDX-6..8, LAY-*, SLAB-2, SLAB-3];
-4. payload placement: overlap, then packing [SLAB-4, SLAB-5];
-5. padding [PAD-1..4];
-6. metadata [META-1..4, LIM-5].
+4. layers: every quantised entry belongs to one whole layer that agrees [LAY-7];
+5. payload placement: overlap, then packing [SLAB-4, SLAB-5];
+6. padding [PAD-1..4];
+7. metadata [META-1..4, LIM-5].
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from reference.errors import error
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
-from spec.schema import ENTRY_FIELD_OFFSET, HEADER_SIZE
+from spec.registry import LAYOUT_BY_NAME
+from spec.schema import ENTRY_FIELD_OFFSET, ENTRY_SIZE, HEADER_SIZE
 
 if TYPE_CHECKING:
     from reference.reader import Reader
@@ -36,6 +38,7 @@ def validate_file(reader: Reader) -> list[TensorInfo]:
     _check_index_checksum(reader)
     _check_bucket_table(reader)
     infos = _check_entries(reader)
+    _check_layers(reader, infos)
     _check_placement(reader, infos)
     _check_padding(reader, infos)
     reader._metadata_cache = None
@@ -167,6 +170,51 @@ def _check_entries(reader: Reader) -> list[TensorInfo]:
                 found=used,
             )
     return infos
+
+
+def _check_layers(reader: Reader, infos: list[TensorInfo]) -> None:
+    """Every quantised entry is ``<prefix>.<role>`` of a layer whose qweight, scales and
+    qzeros all exist, share one layout family and record one k, n, bits and group size
+    [LAY-7].  Entries are taken in index order; the first offender is reported."""
+    by_name = {info.name: (i, info) for i, info in enumerate(infos)}
+    for i, info in enumerate(infos):
+        layout = LAYOUT_BY_NAME[info.layout]
+        if not layout.quantized:
+            continue
+        at = reader._entries_offset + ENTRY_SIZE * i
+        family = info.layout.split("_", 1)[0]
+        prefix, dot, role = info.name.rpartition(".")
+        if not dot or role != layout.role:
+            raise error(
+                "BAD_QUANT_FIELDS",
+                f"{info.name!r} has layout {info.layout} but is not named <prefix>.{layout.role}",
+                offset=at,
+                expected=f"<prefix>.{layout.role}",
+                found=info.name,
+            )
+        for part in ("qweight", "scales", "qzeros"):
+            found = by_name.get(f"{prefix}.{part}")
+            want = f"{family}_{part.upper()}"
+            if found is None:
+                raise error(
+                    "BAD_QUANT_FIELDS",
+                    f"{info.name!r} belongs to a layer without {prefix}.{part}",
+                    offset=at,
+                    expected=f"an entry {prefix}.{part} with layout {want}",
+                    found="none",
+                )
+            j, other = found
+            fields = (other.k, other.n, other.bits, other.group_size)
+            if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
+                raise error(
+                    "BAD_QUANT_FIELDS",
+                    f"{prefix}.{part} disagrees with {info.name!r}",
+                    offset=reader._entries_offset + ENTRY_SIZE * j,
+                    expected=f"{want} k={info.k} n={info.n} bits={info.bits} "
+                    f"group_size={info.group_size}",
+                    found=f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
+                    f"group_size={other.group_size}",
+                )
 
 
 def _check_placement(reader: Reader, infos: list[TensorInfo]) -> None:

@@ -138,7 +138,7 @@ KNOWN_OPTIONAL_FLAGS = sum(1 << f.bit for f in FLAGS if not f.required)
 
 @dataclass(frozen=True)
 class ErrorCode:
-    """A stable error code.  Readers raise the class named here with this code [ERR-1]."""
+    """A stable error code.  Readers raise the class named here with this code [RD-3]."""
 
     code: str
     error_class: str
@@ -189,7 +189,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_INDEX_LAYOUT",
         "IndexCorruptError",
-        ("FILE-4", "IDX-1", "IDX-3", "IDX-5", "LIM-7"),
+        ("FILE-4", "IDX-1", "IDX-3", "IDX-5", "IDX-10", "LIM-7"),
         "index offset, length, section sizes or bucket_bits inconsistent with the header",
     ),
     ErrorCode(
@@ -263,8 +263,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_QUANT_FIELDS",
         "EntryError",
-        ("LAY-2", "LAY-3", "LAY-4", "LAY-5", "LAY-6"),
-        "k, n, bits or group_size contradict the layout, dtype or shape",
+        ("LAY-2", "LAY-3", "LAY-4", "LAY-5", "LAY-6", "LAY-7"),
+        "k, n, bits or group_size contradict the layout, dtype or shape, or a layer's "
+        "entries disagree",
     ),
     ErrorCode(
         "NONZERO_PADDING",
@@ -275,7 +276,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_METADATA",
         "MetadataError",
-        ("META-1", "META-2", "META-3"),
+        ("META-1", "META-2"),
         "metadata is not UTF-8, not a JSON object, or has duplicate keys",
     ),
     ErrorCode(

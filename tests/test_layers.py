@@ -228,3 +228,17 @@ def test_layer_parts_that_disagree_are_rejected(tmp_path):
             f.linear("x")
         assert info.value.code == "BAD_QUANT_FIELDS"
         assert "disagrees" in info.value.message
+
+
+def test_bias_of_the_wrong_shape_is_refused_before_anything_is_written(tmp_path):
+    """A layer's bias is [n]; a wrong one is refused before the layer's first entry."""
+    rng = np.random.default_rng(3)
+    q, z, s = make_layer(rng, 128, 64, 4, 64)
+    path = tmp_path / "l.awq2"
+    with reference.Writer(path) as w:
+        with pytest.raises(ValueError, match=r"bias of shape \(63,\)"):
+            w.add_linear("p", q=q, z=z, scales=s, bits=4, group_size=64,
+                         bias=np.zeros(63, np.float16))  # fmt: skip
+        w.add("other", np.arange(3))
+    with reference.open(path, validate=True) as f:
+        assert f.names() == ["other"]
