@@ -8,8 +8,10 @@ a warm page cache and then a cold one (each file dropped with ``posix_fadvise(DO
 every repeat), loading every tensor of the model into memory:
 
 (a) AWQ v1 + repack of every linear layer to Marlin in NumPy (what an engine does today);
-(b) AWQ-v2 ``reference.open`` + ``Reader.read_into`` of every tensor into one preallocated
-    buffer (positioned reads, no memory map: how an engine fills pinned or device-staging memory);
+(b) AWQ-v2 ``reference.open`` + ``Reader.read_many_into`` of every tensor into one
+    preallocated buffer (positioned reads, no memory map: how an engine fills pinned or
+    device-staging memory; adjacent payloads read together, up to 64 MiB per ``preadv``);
+(b3) the same with one ``Reader.read_into`` (one ``preadv``) per tensor;
 (b2) AWQ-v2 ``reference.open`` + a fresh copy of every tensor (``np.array(f.tensor(name))``):
     the memory map plus new arrays (their page faults counted);
 (c) the floor: a plain sequential read of the AWQ-v2 file, 16 MiB ``readinto`` calls, into a
@@ -136,8 +138,19 @@ def v2_copies(path: Path) -> list[np.ndarray]:
         return [np.array(view) for _, view in f.tensors()]
 
 
+def v2_read_many(path: Path, buf: np.ndarray) -> np.ndarray:
+    """(b) AWQ-v2 through the reference reader: ``read_many_into`` every tensor, one buffer."""
+    pos, jobs = 0, []
+    with reference.open(path) as f:
+        for info in f.entries():
+            jobs.append((info, buf[pos : pos + info.length]))
+            pos += info.length
+        f.read_many_into(jobs)
+    return buf
+
+
 def v2_read_into(path: Path, buf: np.ndarray) -> np.ndarray:
-    """(b) AWQ-v2 through the reference reader: ``read_into`` every tensor, one buffer."""
+    """(b3) AWQ-v2 through the reference reader: ``read_into`` every tensor, one buffer."""
     pos = 0
     with reference.open(path) as f:
         for info in f.entries():
@@ -357,15 +370,15 @@ def print_ratios(by_key: dict[str, Case], conversion_s: float, phase: str) -> li
 
 
 def profile_v2_read(path: Path, *, cold: bool, top: int = 12) -> None:
-    buf = np.empty(path.stat().st_size, np.uint8)
     """cProfile of (b): where the time goes."""
+    buf = np.empty(path.stat().st_size, np.uint8)
     if cold:
         drop_cache(path)
     else:
         read_all(path)
     profiler = cProfile.Profile()
     profiler.enable()
-    result = v2_read_into(path, buf)
+    result = v2_read_many(path, buf)
     profiler.disable()
     del result
     print(f"\ncProfile of (b), {'cold' if cold else 'warm'} cache, sorted by internal time:")
@@ -418,7 +431,14 @@ def make_cases(v1_dir: Path, v1_file: Path, v2: Path, buf: np.ndarray, direct: b
         Case("(a)", "v1 open + NumPy repack to Marlin", lambda: v1_repack(v1_dir), [v1_file], s1),
         Case(
             "(b)",
-            "v2 reference.open + read_into, preallocated",
+            "v2 reference.open + read_many_into, preallocated",
+            lambda: v2_read_many(v2, buf),
+            [v2],
+            s2,
+        ),
+        Case(
+            "(b3)",
+            "v2 reference.open + read_into per tensor, preallocated",
             lambda: v2_read_into(v2, buf),
             [v2],
             s2,

@@ -11,7 +11,10 @@ it, fixed, and listed here, so that it stays fixed:
 * :data:`V1_FINDINGS`: AWQ v1 checkpoints (safetensors, read by ``reference.open`` through
   its v1 path [V1-1]), as raw recipes: the files of a checkpoint folder and the outcome.
 
-``tests/test_hostile.py`` checks every entry against the reference reader.
+``python -m conformance.generate`` writes every :data:`FUZZ_FINDINGS` entry as the
+must-reject vector ``n_<id>`` (``n_fuzz_*``) of the manifest, so every loader is run on
+it; ``tests/test_hostile.py`` runs the committed vectors through the reference reader's
+lazy path too, and checks every :data:`V1_FINDINGS` recipe.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Deterministic: fixed seeds, fixed order, no timestamps, so the committed files i
 produces (a test checks it).  Three classes, JSONTestSuite style:
 
 * ``y_*`` must be accepted, and the loader must report the expected content;
-* ``n_*`` must be rejected, with the expected error code;
+* ``n_*`` must be rejected, with the expected error code (``n_fuzz_*``: inputs that
+  ``bench/fuzz.py`` found crashing the reference reader, from ``conformance.fuzz_findings``);
 * ``i_*`` either: accepted with the expected content, or rejected with one of the
   listed codes (the spec leaves support optional).
 
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import reference
+from conformance.fuzz_findings import FUZZ_FINDINGS
 from conformance.mutations import MUTATIONS, Mutation
 from conformance.surgery import FileEditor
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
@@ -475,6 +477,9 @@ def either_vectors() -> list[Vector]:
 
 
 def reject_vectors() -> list[Vector]:
+    """One ``n_`` vector per mutation of the catalogue, then one per input the fuzzer found
+    crashing the reference reader (``n_fuzz_*``, :data:`conformance.fuzz_findings.FUZZ_FINDINGS`),
+    so that every such crash stays a must-reject case for every loader."""
     bases = {name: base_bytes(name) for name in BASES}
     stage = {"open": ("RD-1",), "validate": ("RD-2",), "verify": ("ENT-10",)}
     return [
@@ -482,12 +487,12 @@ def reject_vectors() -> list[Vector]:
             f"n_{m.id}",
             "reject",
             tuple(dict.fromkeys((*m.requirements, *stage[m.level], "RD-3"))),
-            m.description,
+            m.description + (" (found by bench/fuzz.py)" if m in FUZZ_FINDINGS else ""),
             mutated(m, bases[m.base]),
             error_code=m.code,
             level=m.level,
         )
-        for m in MUTATIONS
+        for m in (*MUTATIONS, *FUZZ_FINDINGS)
     ]
 
 

@@ -3,7 +3,8 @@
 Writes ``docs/conformance/traceability.md`` from the manifest and from the
 requirement ids that test functions cite (``tests/test_*.py``).  Every MUST
 requirement about files or readers must have at least one vector; writer,
-converter and spec requirements must be cited by at least one test.
+converter, spec and runtime requirements (a reader facing a file that changes while
+open) must be cited by at least one test.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def render(manifest: dict) -> str:
         "",
         "Every requirement of the specification, the conformance vectors that exercise it, and the",
         "test files that cite it. Requirements about files and readers are covered by vectors;",
-        "requirements about writers and converters by the test suite.",
+        "requirements about writers, converters and the spec, and runtime requirements (a reader",
+        "facing a file that changes while it is open), by the test suite.",
         "",
         "| requirement | level | subject | vectors | tests |",
         "|---|---|---|---|---|",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -79,6 +79,11 @@ def _header_value(raw: np.void, name: str) -> Any:
     return value.tobytes() if isinstance(value, np.void) else int(value)
 
 
+#: read_many_into: the most bytes and buffers one positioned read takes.
+_RUN_BYTES = 64 << 20
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
 class Reader:
     """An open AWQ-v2 file.  Use :func:`open`; close it (or use ``with``) when done.
 
@@ -88,7 +93,9 @@ class Reader:
     with SIGBUS, and changed bytes appear in views without any checksum noticing.  For an
     untrusted file on shared storage, pass ``copy=True``: the file is read once into private
     memory (``bytes``) and every check and view uses that snapshot, so later changes to the
-    file cannot reach the reader (at the cost of reading the whole file up front).
+    file cannot reach the reader (at the cost of reading the whole file up front) [RD-5].
+    In both modes the header is checked once and kept; every entry and bucket bound a lookup
+    uses is read again and checked again, whatever validation said before [RD-4].
     """
 
     def __init__(
@@ -317,7 +324,8 @@ class Reader:
     def _record(self, i: int) -> _Record:
         """Entry i with its name and dims, bounds- and checksum-checked [ENT-9, LIM-3, LIM-4]."""
         at = self._entries_offset + ENTRY_SIZE * i
-        values = self._entries[i].item()
+        raw = bytes(self._mmap[at : at + ENTRY_SIZE])  # read once: parsed and checksummed [RD-4]
+        values = np.frombuffer(raw, ENTRY_DTYPE)[0].item()
         fields = dict(zip(ENTRY_FIELDS, values, strict=True))
         rules.check_dims(fields["ndim"], offset=at + ENTRY_FIELD_OFFSET["ndim"])
         if fields["name_length"] > MAX_NAME_LENGTH:
@@ -350,7 +358,7 @@ class Reader:
         name = self._mmap[name_start : name_start + fields["name_length"]]  # type: ignore[index]
         dims_start = self._dims_offset + 8 * fields["dims_index"]
         dims_raw = self._mmap[dims_start : dims_start + 8 * fields["ndim"]]  # type: ignore[index]
-        crc = crc32c(self._mmap[at : at + ENTRY_CRC_OFFSET] + name + dims_raw)  # type: ignore[index]
+        crc = crc32c(raw[:ENTRY_CRC_OFFSET] + name + dims_raw)
         if crc != fields["entry_crc"]:
             raise error(
                 "BAD_ENTRY_CHECKSUM",
@@ -563,6 +571,65 @@ class Reader:
             done += got
         dtype = np.dtype(DTYPE_BY_NAME[info.dtype].numpy)
         return np.frombuffer(target[: info.length], dtype).reshape(info.shape)
+
+    def read_many_into(
+        self, items: Iterable[tuple[str | rules.TensorInfo, Any]]
+    ) -> list[NDArray[Any]]:
+        """``read_into`` for many tensors at once, returning the arrays in the order given.
+
+        Payloads that follow one another in the slab are read together: one ``preadv`` per
+        run of up to 64 MiB, the zero padding between them read into a scratch block, so a
+        loader that wants the whole model reads the file front to back in large requests,
+        as fast as a plain sequential read, and each payload still lands in its own buffer.
+        """
+        jobs = []
+        for tensor, out in items:
+            info = tensor if isinstance(tensor, rules.TensorInfo) else self.entry(tensor)
+            target = memoryview(out).cast("B")
+            if len(target) < info.length:
+                raise ValueError(f"buffer of {len(target)} bytes for a {info.length}-byte payload")
+            jobs.append((info, target[: info.length]))
+        if isinstance(self._mmap, bytes):  # copy=True: from the snapshot, not the file
+            for info, target in jobs:
+                target[:] = self._mmap[info.offset : info.offset + info.length]
+        else:
+            scratch = memoryview(bytearray(ALIGNMENT))
+            run: list[memoryview] = []
+            run_start = run_end = 0
+            for info, target in sorted(
+                (job for job in jobs if job[0].length), key=lambda job: job[0].offset
+            ):
+                gap = info.offset - run_end
+                if run and (gap < 0 or gap >= ALIGNMENT or run_end - run_start > _RUN_BYTES
+                            or len(run) + 2 > _IOV_MAX):  # fmt: skip
+                    self._preadv_exact(run, run_start)
+                    run = []
+                if not run:
+                    run_start = run_end = info.offset
+                elif gap:
+                    run.append(scratch[:gap])
+                run.append(target)
+                run_end = info.offset + info.length
+            if run:
+                self._preadv_exact(run, run_start)
+        return [
+            np.frombuffer(target, np.dtype(DTYPE_BY_NAME[info.dtype].numpy)).reshape(info.shape)
+            for info, target in jobs
+        ]
+
+    def _preadv_exact(self, views: list[memoryview], offset: int) -> None:
+        """Fill every view from ``offset`` on, across short reads."""
+        pending, at = list(views), offset
+        while pending:
+            got = os.preadv(self._fd, pending, at)
+            if got == 0:
+                raise error("TRUNCATED", "file ended inside a payload", offset=at,
+                            expected=offset + sum(len(v) for v in views), found=at)  # fmt: skip
+            at += got
+            while pending and got >= len(pending[0]):
+                got -= len(pending.pop(0))
+            if got:
+                pending[0] = pending[0][got:]
 
     def names(self) -> list[str]:
         """Every tensor name, in slab order (then by name for empty payloads)."""

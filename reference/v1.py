@@ -439,16 +439,27 @@ class V1Reader:
             d = DTYPE_BY_NAME[t.dtype]
             raw = np.fromfile(t.file, dtype=d.numpy, count=t.length // d.itemsize, offset=t.offset)
             return raw.reshape(t.shape)
+        handle = self._handle(t.file)
         try:
-            handle = self._handles.get(t.file)
-            if handle is None:
-                handle = safe_open(str(t.file), framework="numpy").__enter__()
-                self._handles[t.file] = handle
             return np.asarray(handle.get_tensor(name))
-        except SafetensorError as exc:  # offsets safetensors refuses (gaps, overlaps...)
+        except SafetensorError as exc:
             raise _legacy("V1_INCOMPLETE", f"{t.file.name}: safetensors refuses it: {exc}",
                           offset=t.offset, expected="a valid safetensors file",
                           found=str(exc)[:120], path=str(t.file)) from exc  # fmt: skip
+
+    def _handle(self, file: Path) -> Any:
+        """safetensors' own reader of one file, opened once; what it refuses (offsets with
+        gaps or overlaps, a data section that does not end the file) is ``V1_INCOMPLETE``."""
+        handle = self._handles.get(file)
+        if handle is None:
+            try:
+                handle = safe_open(str(file), framework="numpy").__enter__()
+            except SafetensorError as exc:
+                raise _legacy("V1_INCOMPLETE", f"{file.name}: safetensors refuses it: {exc}",
+                              offset=8, expected="a valid safetensors file",
+                              found=str(exc)[:120], path=str(file)) from exc  # fmt: skip
+            self._handles[file] = handle
+        return handle
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -519,7 +530,10 @@ class V1Reader:
         return dequantize_layer(self.linear(prefix))
 
     def validate(self) -> None:
-        """Everything is checked on open (configs, shard index, headers, layer shapes)."""
+        """Configs, shard index, headers and layer shapes are checked on open; this adds
+        safetensors' own check of every shard (contiguous offsets, data to the end)."""
+        for file in sorted({t.file for t in self._tensors.values()}):
+            self._handle(file)
 
     def verify(self) -> None:
         """AWQ v1 carries no checksums: reading every tensor once is all that can be done."""

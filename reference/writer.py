@@ -67,6 +67,13 @@ _NUMPY_TO_DTYPE = {
 }
 
 
+def _umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class WriterStateError(RuntimeError):
     """A writer method called out of order (after close or abort)."""
 
@@ -127,6 +134,8 @@ class Writer:
             prefix=f".{self.path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=self.path.parent
         )
         self._tmp = Path(tmp)
+        # mkstemp makes the file 0600; the published file gets what open() would give it.
+        os.fchmod(fd, 0o666 & ~_umask())
         self._file = os.fdopen(fd, "w+b")
         self._cursor = SLAB_OFFSET  # next free 64 KiB boundary in the slab
         self._names: list[bytes] = []

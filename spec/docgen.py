@@ -19,11 +19,16 @@ Kinds (all rendered from :mod:`spec`, never from ``reference``):
     HTML anchor so that ``format.md#HDR-1`` links to the statement.
 ``requirement-index``
     every requirement id with its level and subject, linked to its statement.
+``requirement-list <ID-or-PREFIX,...>``
+    the statements named (``RD-1,RD-2,IDX-9`` or whole prefixes, ``LIM``), in the order
+    given, one list item each, led by a link to its anchor in ``format.md`` (no anchor of
+    its own): other pages quote statements without copying them by hand.
 ``hash-examples``
     FNV-1a 64 hashes and buckets of a few names, computed by :mod:`spec.algorithms`.
 
-Regions of kinds owned by another generator (``codec-*``: :mod:`spec.codec_tables`) are
-left as they are.  The output depends only on the spec modules, so it is deterministic.
+Regions of kinds owned by another generator (``codec-*``: :mod:`spec.codec_tables`;
+``site-*``: ``conformance.sitegen``, which needs the reference) are left as they are.
+The output depends only on the spec modules, so it is deterministic.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ SPEC_PAGE = DOCS / "spec" / "format.md"
 BEGIN_RE = re.compile(r"^<!-- BEGIN GENERATED: (?P<kind>[A-Za-z0-9_-]+)(?: (?P<arg>[^ >]+))? -->$")
 END_LINE = "<!-- END GENERATED -->"
 #: Region kinds rendered by other generators; docgen leaves their bodies untouched.
-FOREIGN_PREFIXES = ("codec-",)
+FOREIGN_PREFIXES = ("codec-", "site-")
 
 STRUCTS: dict[str, Any] = {
     "Header": schema.Header,
@@ -306,6 +311,23 @@ def render_requirements(arg: str | None, page: Path) -> list[str]:
     return [requirement_item(r) for r in chosen]
 
 
+def render_requirement_list(arg: str | None, page: Path) -> list[str]:
+    """Statements picked by id or prefix, in the order given, each linked to its anchor."""
+    if not arg:
+        raise DocgenError("requirement-list needs ids or prefixes, such as RD-1,RD-2,LIM")
+    prefixes = {requirement_prefix(r.id) for r in REQUIREMENTS}
+    chosen: list[Requirement] = []
+    for token in arg.split(","):
+        if token in REQUIREMENT_BY_ID:
+            picked = [REQUIREMENT_BY_ID[token]]
+        elif token in prefixes:
+            picked = [r for r in REQUIREMENTS if requirement_prefix(r.id) == token]
+        else:
+            raise DocgenError(f"requirement-list: no requirement or prefix {token!r}")
+        chosen.extend(r for r in picked if r not in chosen)
+    return [f"- {requirement_link(r.id, page)} ({r.level}) {r.text}" for r in chosen]
+
+
 def render_requirement_index(arg: str | None, page: Path) -> list[str]:
     _no_arg("requirement-index", arg)
     rows = [(requirement_link(r.id, page), r.level, r.subject) for r in REQUIREMENTS]
@@ -337,6 +359,7 @@ RENDERERS: dict[str, Callable[[str | None, Path], list[str]]] = {
     "errors": render_errors,
     "requirements": render_requirements,
     "requirement-index": render_requirement_index,
+    "requirement-list": render_requirement_list,
     "hash-examples": render_hash_examples,
 }
 

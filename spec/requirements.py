@@ -16,7 +16,9 @@ class Requirement:
     level: str  #: "MUST", "SHOULD" or "MAY" (RFC 2119)
     text: str
     #: what the statement constrains: "file" and "reader" statements are checked by
-    #: conformance vectors; "writer", "converter" and "spec" ones by the test suite.
+    #: conformance vectors; "writer", "converter" and "spec" ones by the test suite, and so
+    #: are "runtime" ones (what a reader does while the open file changes under it, which a
+    #: static vector cannot show).
     subject: str = "file"
 
 
@@ -44,7 +46,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "A file MUST consist of the header, zero padding to `0x10000`, the slab, "
         "the index region and the trailer, in that order, with no other bytes: "
-        "`index_offset + index_length + 32 == file_size`.",
+        "`index_offset + index_length + 32 == file_size`, an equation a reader MUST evaluate "
+        "without overflow (in 128 bits, or by checking each term against `file_size`).",
     ),
     # ---- header
     _r("HDR-1", "MUST", "The first 8 bytes MUST be `89 41 57 51 0D 0A 1A 0A`."),
@@ -74,7 +77,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "VER-2",
         "MUST",
         "A reader MUST reject a major version other than 2 with "
-        "`UNSUPPORTED_VERSION`, checked right after the magic.",
+        "`UNSUPPORTED_VERSION`, checked where RD-1 puts it: after the magic and the minimum "
+        "size, before the header checksum (a later major version may lay the header out "
+        "differently).",
     ),
     _r(
         "VER-3",
@@ -179,6 +184,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "`entry_crc` of every entry it reads, and MUST check that the entries just outside the "
         "bucket belong to other buckets, before it reports a tensor found or absent.",
     ),
+    _r(
+        "IDX-10",
+        "MUST",
+        "`names_length` MUST NOT exceed `tensor_count * max_name_length` and `dims_count` "
+        "MUST NOT exceed `tensor_count * max_dims`; a reader MUST check both when it opens the "
+        "file (`BAD_INDEX_LAYOUT`), before it sizes anything by them.",
+    ),
     # ---- entries
     _r("ENT-1", "MUST", "An entry's `flags` MUST be zero."),
     _r(
@@ -249,8 +261,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "LAY-4",
         "MUST",
-        "A quantised entry's `group_size` MUST be -1 or a positive divisor of `k`; "
-        "a MARLIN_* entry's MUST be one of -1, 32, 64, 128.",
+        "A quantised entry's `group_size` MUST be -1 or a positive divisor of `k`, and "
+        "`n` MUST be a multiple of the pack factor `32 / bits`; a MARLIN_* entry MUST also have "
+        "`k % 128 == 0`, `n % 64 == 0` and a group size of -1, 32, 64 or 128. A reader checks "
+        "LAY-3, then group size, pack factor and the Marlin rules in that order, then LAY-5.",
     ),
     _r(
         "LAY-5",
@@ -267,8 +281,12 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "LAY-7",
         "MUST",
-        "The qweight, scales and qzeros of one layer MUST record the same k, n, "
-        "bits and group size, and all three MUST be MARLIN_* or all three AWQ_*.",
+        "Every entry with a quantised layout MUST be named `<prefix>.<role>` (`qweight`, "
+        "`scales` or `qzeros`, the role of its layout; `<prefix>`, the name without the role "
+        "suffix, may be empty), and `<prefix>.qweight`, "
+        "`<prefix>.scales` and `<prefix>.qzeros` MUST all exist, all be MARLIN_* or all AWQ_*, "
+        "and record the same k, n, bits and group size. Full validation checks it after every "
+        "entry has passed, taking the quantised entries in index order (`BAD_QUANT_FIELDS`).",
     ),
     _r(
         "LAY-8",
@@ -335,7 +353,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "The metadata MUST NOT be longer than `max_metadata_length` bytes nor nest "
         "arrays and objects deeper than `max_metadata_depth`.",
     ),
-    _r("LIM-6", "MUST", "No bucket MUST hold more than `max_bucket_length` entries."),
+    _r("LIM-6", "MUST", "A bucket MUST NOT hold more than `max_bucket_length` entries."),
     _r("LIM-7", "MUST", "`bucket_bits` MUST NOT exceed `max_bucket_bits`."),
     # ---- legacy AWQ v1 checkpoints
     _r(
@@ -388,15 +406,44 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "RD-2",
         "MUST",
-        "Full validation MUST check, after RD-1 and in this order: the index "
-        "checksum, the bucket table, every entry (fields, checksum, name, hash, bucket and order, "
-        "shape, length, layout, bounds), payload placement (overlap, packing), padding, metadata.",
+        "Full validation MUST check, after RD-1 and in this order: the index checksum; the "
+        "bucket table (starts at 0, never decreases, ends at `tensor_count`, then bucket "
+        "lengths); every entry in index order: `ndim` and name length limits, name and dims "
+        "inside their sections, entry checksum, name and dims packing (ENT-2, ENT-3), entry "
+        "flags, name (not empty, UTF-8), name hash, dtype, shape size (ENT-5), length, alignment, slab "
+        "bounds, layout and quantisation fields (LAY-1 to LAY-6), bucket, then uniqueness and "
+        "order inside the bucket; then `names_length` and `dims_count` against the entries; "
+        "layers (LAY-7); payload placement (overlap, then packing); padding (PAD-1, PAD-2, "
+        "PAD-3); metadata (checksum, UTF-8, JSON, limits). The first failed check gives the "
+        "error code.",
     ),
     _r(
         "RD-3",
         "MUST",
         "Every failure MUST be reported with exactly one code of the error registry, "
         "the offset of the offending bytes, and what was expected and found.",
+    ),
+    _r(
+        "RD-4",
+        "MUST",
+        "A reader MUST assume that the file can change while it is open (truncated or "
+        "rewritten in place by another process): every value it uses to locate or size a read "
+        "(offset, length, count, dimension, bucket bound) MUST be checked on the copy it uses, "
+        "after reading that copy, and a value read again from the file or its memory map MUST be "
+        "checked again; an earlier validation MUST NOT stand in for the checks of a later lookup "
+        "(IDX-9, ENT-7). A file changed under a reader then gives a failure with an error code, "
+        "or changed payload bytes, never an access outside the memory the reader mapped or "
+        "allocated.",
+        subject="runtime",
+    ),
+    _r(
+        "RD-5",
+        "SHOULD",
+        "A reader that memory-maps files SHOULD also offer a snapshot mode, for untrusted "
+        "files on storage that others can write: the file is read once into private memory, and "
+        "every check and every view uses that copy only, so that a later truncation or rewrite "
+        "of the file cannot reach the reader.",
+        subject="runtime",
     ),
     # ---- writing
     _r(

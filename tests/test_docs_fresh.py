@@ -92,6 +92,8 @@ def test_foreign_regions_are_left_alone(tmp_path: Path) -> None:
         "<!-- BEGIN GENERATED: struct Nope -->\n<!-- END GENERATED -->\n",
         "<!-- BEGIN GENERATED: requirements NOPE -->\n<!-- END GENERATED -->\n",
         "<!-- BEGIN GENERATED: dtypes extra -->\n<!-- END GENERATED -->\n",
+        "<!-- BEGIN GENERATED: requirement-list -->\n<!-- END GENERATED -->\n",
+        "<!-- BEGIN GENERATED: requirement-list RD-1,NOPE-1 -->\n<!-- END GENERATED -->\n",
         "<!-- BEGIN GENERATED: limits -->\n<!-- BEGIN GENERATED: dtypes -->\n"
         "<!-- END GENERATED -->\n",
     ],
@@ -100,6 +102,17 @@ def test_malformed_regions_exit_2(tmp_path: Path, text: str) -> None:
     page = tmp_path / "bad.md"
     page.write_text(text)
     assert docgen.main(["--check", str(page)]) == 2
+
+
+def test_requirement_list_quotes_statements_with_links_not_anchors() -> None:
+    page = ROOT / "docs" / "spec" / "security.md"
+    text = "<!-- BEGIN GENERATED: requirement-list RD-2,LIM,RD-1 -->\n<!-- END GENERATED -->"
+    out = docgen.render_text(text, page)
+    chosen = [REQUIREMENT_BY_ID["RD-2"]]
+    chosen += [r for r in REQUIREMENTS if r.id.startswith("LIM-")] + [REQUIREMENT_BY_ID["RD-1"]]
+    items = [line for line in out.split("\n") if line.startswith("- ")]
+    assert items == [f"- [{r.id}](format.md#{r.id}) ({r.level}) {r.text}" for r in chosen]
+    assert not ANCHOR_RE.findall(out)
 
 
 def test_docgen_imports_only_spec() -> None:
@@ -199,7 +212,7 @@ def test_ids_are_unique_and_well_formed() -> None:
     for req in REQUIREMENTS:
         assert req.level in ("MUST", "SHOULD", "MAY"), req.id
         assert req.level in req.text, f"{req.id}: level {req.level} not in its text"
-        assert req.subject in ("file", "reader", "writer", "converter", "spec"), req.id
+        assert req.subject in ("file", "reader", "runtime", "writer", "converter", "spec"), req.id
         assert req.text == req.text.strip() and "\n" not in req.text, req.id
 
 

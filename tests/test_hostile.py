@@ -639,9 +639,10 @@ print("values intact")
 
 @pytest.mark.parametrize("mode", ["mmap", "copy"])
 def test_file_truncated_under_the_reader(tmp_path, mode):
-    """A memory-mapped file truncated while open kills the process with SIGBUS when a view
-    is touched (documented on Reader); ``open(copy=True)`` reads the file into private
-    memory, so the same sequence returns the right values and verify() still passes."""
+    """RD-4, RD-5: a memory-mapped file truncated while open kills the process with SIGBUS
+    when a view is touched (documented on Reader); ``open(copy=True)``, the snapshot mode,
+    reads the file into private memory, so the same sequence returns the right values and
+    verify() still passes."""
     path = tmp_path / "shared.awq2"
     done = subprocess.run(
         [sys.executable, "-c", TRUNCATE_UNDER_READER, str(path), mode],
@@ -658,8 +659,9 @@ def test_file_truncated_under_the_reader(tmp_path, mode):
 
 
 def test_copy_mode_agrees_with_the_memory_map_on_every_vector(tmp_path):
-    """open(copy=True) runs the same checks: every conformance vector gets the same verdict
-    (and error code), and accepted ones the same tensors and read-only views."""
+    """RD-5: open(copy=True), the snapshot mode, runs the same checks: every conformance
+    vector gets the same verdict (and error code), and accepted ones the same tensors and
+    read-only views."""
     manifest = json.loads((ROOT / "conformance" / "manifest.json").read_text(encoding="utf-8"))
     for v in manifest["vectors"]:
         path = ROOT / "conformance" / v["file"]
@@ -677,17 +679,69 @@ def test_copy_mode_agrees_with_the_memory_map_on_every_vector(tmp_path):
         assert results[0] == results[1], v["id"]
 
 
+#: Same-size rewrites, each with every checksum recomputed, that a lookup must catch [IDX-9,
+#: ENT-7]: a payload moved into the index, a dimension of 2**63, a wrong length, a name
+#: length over the limit, nine dimensions, a bucket bound out of order.
+REWRITES = ("payload_past_slab", "shape_overflow", "length_not_shape", "name_too_long",
+            "too_many_dims", "bucket_table_decreasing")  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["mmap", "copy"])
+@pytest.mark.parametrize("mutation", REWRITES)
+def test_file_rewritten_in_place_after_validation(tmp_path, mutation, mode):
+    """RD-4: a validated file rewritten in place (same size, valid checksums, one entry or
+    bucket bound now hostile) under a memory-mapped reader: the lookups that read the
+    changed bytes check them again and raise the mutation's FormatError, and every other
+    lookup returns the old tensor or a FormatError, never another exception.  RD-5: in
+    snapshot mode (copy=True) the rewrite does not reach the reader at all."""
+    from conformance.mutations import MUTATION_BY_ID
+
+    m = MUTATION_BY_ID[mutation]
+    ed = FileEditor(SAMPLE)
+    names = [bytes(ed.data[slice(*ed.name_range(i))]).decode() for i in range(len(ed.entries()))]
+    m.edit(ed)
+    hostile = ed.bytes()
+    assert len(hostile) == len(SAMPLE)
+    path = _write(tmp_path, "shared.awq2", SAMPLE)
+    with reference.open(path, validate=True, copy=mode == "copy") as reader:
+        before = {name: reader.tensor(name).tobytes() for name in names}
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, hostile, 0)  # another process rewrites the file in place
+        finally:
+            os.close(fd)
+        codes = set()
+        for name in names:
+            try:
+                got = reader.tensor(name).tobytes()
+            except reference.FormatError as exc:
+                codes.add(exc.code)
+                continue
+            assert got == before[name], name  # the rewrite touched no payload
+        if mode == "copy":
+            assert codes == set()
+            reader.verify()
+        else:
+            assert m.code in codes, codes
+            with pytest.raises(reference.FormatError):
+                reader.validate()
+
+
 # ------------------------------------------------------------------------------ fuzz findings
 
 
 @pytest.mark.parametrize("mutation", FUZZ_FINDINGS, ids=[m.id for m in FUZZ_FINDINGS])
-def test_fuzz_findings_are_rejected_with_their_code(tmp_path, mutation):
-    """Every AWQ-v2 crash the fuzzer found is a must-reject vector: its code at its check
-    level, and the lazy lookups of every name raise FormatError (or find the tensor)."""
+def test_fuzz_findings_are_rejected_with_their_code(mutation):
+    """Every AWQ-v2 crash the fuzzer found is the committed must-reject vector n_<id> (the
+    conformance run checks its code through the adapter; test_conformance that it is what
+    the generator makes).  Here, on that file: its code at its check level, and the lazy
+    lookups of every name of its base raise FormatError (or find the tensor)."""
     ed = FileEditor(SAMPLE if mutation.base == "sample" else base_bytes(mutation.base))
     names = [bytes(ed.data[slice(*ed.name_range(i))]).decode() for i in range(len(ed.entries()))]
-    mutation.edit(ed)
-    path = _write(tmp_path, "finding.awq2", ed.bytes())
+    path = VECTORS / f"n_{mutation.id}.awq2"
+    manifest = json.loads((ROOT / "conformance" / "manifest.json").read_text(encoding="utf-8"))
+    listed = {v["id"]: v for v in manifest["vectors"]}[f"n_{mutation.id}"]
+    assert (listed["expect"], listed["error_code"]) == ("reject", mutation.code)
     if mutation.level == "open":
         with pytest.raises(reference.FormatError) as info:
             reference.open(path)

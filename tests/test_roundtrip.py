@@ -249,9 +249,66 @@ def test_tensors_and_read_into_give_the_stored_payloads(sample_file):
             reader.read_into("model.norm.weight", np.empty(4, np.uint8))
 
 
+@pytest.mark.parametrize("copy", [False, True])
+def test_read_many_into_gives_every_payload_in_the_order_asked(sample_file, copy, monkeypatch):
+    """Coalesced reads (runs of adjacent payloads, padding into scratch) land each payload
+    in its own buffer; runs are cut by the byte and buffer caps (set tiny here)."""
+    import reference.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "_RUN_BYTES", 1)
+    monkeypatch.setattr(reader_module, "_IOV_MAX", 5)
+    tensors = sample_tensors()
+    with reference.open(sample_file, copy=copy) as reader:
+        names = reader.names()[::-1]  # not slab order
+        bufs = [np.full(reader.entry(n).length + 3, 0xAA, np.uint8) for n in names]
+        got = reader.read_many_into(zip(names, bufs))
+        for name, array, buf in zip(names, got, bufs):
+            np.testing.assert_array_equal(array, tensors[name])
+            assert array.dtype == tensors[name].dtype and array.shape == tensors[name].shape
+            assert buf[-3:].tolist() == [0xAA] * 3  # nothing past the payload
+        with pytest.raises(ValueError):
+            reader.read_many_into([("model.norm.weight", np.empty(4, np.uint8))])
+
+
+def test_read_many_into_across_short_reads(sample_file, monkeypatch):
+    """preadv may return fewer bytes than asked: the reader carries on where it stopped."""
+    real = os.preadv
+
+    def short(fd, buffers, offset):
+        first = memoryview(buffers[0])
+        return real(fd, [first[: max(1, len(first) // 3)]], offset)
+
+    monkeypatch.setattr(os, "preadv", short)
+    with reference.open(sample_file) as reader:
+        infos = reader.entries()
+        got = reader.read_many_into((i, np.empty(i.length, np.uint8)) for i in infos)
+        for info, array in zip(infos, got):
+            np.testing.assert_array_equal(array, reader.tensor(info.name))
+
+
 def test_read_into_reports_a_file_truncated_after_open(sample_file):
     with reference.open(sample_file) as reader:
         info = reader.entry("model.layers.0.mlp.big")
         os.truncate(sample_file, info.offset + 10)
         with pytest.raises(reference.TruncatedError):
             reader.read_into(info, np.empty(info.length, np.uint8))
+
+
+def test_read_many_into_reports_a_file_truncated_after_open(sample_file):
+    with reference.open(sample_file) as reader:
+        infos = reader.entries()
+        last = max((i for i in infos if i.length > 10), key=lambda i: i.offset)
+        os.truncate(sample_file, last.offset + 10)
+        with pytest.raises(reference.TruncatedError):
+            reader.read_many_into((i, np.empty(i.length, np.uint8)) for i in infos)
+
+
+def test_published_file_has_the_mode_open_would_give_it(tmp_path):
+    """The temporary file is created 0600; the published one follows the umask like any
+    file the user creates (0644 under umask 022), not owner-only."""
+    old = os.umask(0o027)
+    try:
+        path = reference.save(tmp_path / "m.awq2", {"x": np.arange(3)})
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o640
