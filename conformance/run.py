@@ -17,7 +17,11 @@ note); an ``i_`` vector when accepted with the expected content or rejected with
 of its listed codes.  Without ``--loader`` the reference implementation is checked.
 The runner reads only the manifest and the vectors: it never imports the reference.
 
-Exit status: 0 when every verdict passes, 1 when any fails, 2 usage or manifest error.
+Two loaders are built in: ``--loader reference`` (the Python reference, run as a
+subprocess) and ``--loader c`` (the independent C loader of ``adapters/c``, compiled with
+``${CC:-cc}`` into ``adapters/c/build/`` when the binary is missing or older than a source).
+
+Exit status: 0 when every verdict passes, 1 when any fails, 2 usage, manifest or build error.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -38,6 +43,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_LOADER = f"{shlex.quote(sys.executable)} -m conformance.adapters.reference {{file}}"
+C_ADAPTER = HERE / "adapters" / "c"
+C_BINARY = C_ADAPTER / "build" / "awq2c"
+C_FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Wpedantic")
+BUILTIN_LOADERS = ("reference", "c")
 CLASSES = (("accept", "y_ must accept"), ("reject", "n_ must reject"), ("either", "i_ either"))
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]+$")
 
@@ -71,6 +80,49 @@ class Loader:
         if "{file}" not in command:
             argv.append("{file}")
         return cls(label or Path(argv[0]).name + (f" {argv[1]}" if len(argv) > 2 else ""), argv)
+
+
+class BuildError(RuntimeError):
+    """The C loader did not compile; the message holds the command and the compiler's output."""
+
+
+def build_c_loader(out: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
+    """Compile ``conformance/adapters/c`` with ``${CC:-cc}`` into ``out`` (default
+    :data:`C_BINARY`) when it is missing or older than a source, or always when
+    ``extra_flags`` are given; return it.  Writes a temporary file and renames it, so
+    concurrent runners never execute a half-written binary."""
+    out = out or C_BINARY
+    sources = sorted(C_ADAPTER.glob("*.c"))
+    newest = max(p.stat().st_mtime for p in [*sources, *C_ADAPTER.glob("*.h")])
+    if out.exists() and out.stat().st_mtime >= newest and not extra_flags:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    argv = [
+        *shlex.split(os.environ.get("CC") or "cc"),
+        *C_FLAGS,
+        *extra_flags,
+        "-o",
+        str(tmp),
+        *map(str, sources),
+    ]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True)
+    except OSError as exc:
+        raise BuildError(f"{shlex.join(argv)}: could not start the compiler: {exc}") from exc
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"{shlex.join(argv)}\n{proc.stdout}{proc.stderr}".rstrip())
+    os.replace(tmp, out)
+    return out
+
+
+def builtin_loader(name: str) -> Loader:
+    """``reference`` (the Python reference, run as a subprocess) or ``c`` (the C loader,
+    built on demand)."""
+    if name == "c":
+        return Loader("c", [str(build_c_loader()), "{file}"])
+    return Loader("reference", shlex.split(REFERENCE_LOADER))
 
 
 def run_loader(loader: Loader, file: Path, timeout: float) -> tuple[str, Any, str, float]:
@@ -297,15 +349,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run AWQ-v2 loaders over the conformance vectors and print the results "
         "matrix. A loader is a command; {file} is replaced by each vector's path. Exit 0 + JSON "
         "document = accept, exit 1 (+ optional error code) = reject, anything else = crash.",
-        epilog="exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage or manifest error. "
+        epilog="built-in loaders: 'reference' (the Python reference) and 'c' (the independent "
+        "C loader in conformance/adapters/c, compiled with ${CC:-cc} into its build/ folder when "
+        "missing or stale). "
+        "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, manifest or build error. "
         'Example: --loader "ref=python -m conformance.adapters.reference {file}" '
-        '--loader "c=conformance/adapters/c/awq2_loader {file}"',
+        '--loader "c=conformance/adapters/c/build/awq2c {file}"; or simply '
+        "--loader reference --loader c",
     )
     parser.add_argument(
         "--loader",
         action="append",
         metavar='"[LABEL=]CMD {file}"',
-        help="a loader command (repeat for a matrix; default: the reference)",
+        help="a loader command, or a built-in name: reference, c (repeat for a matrix; "
+        "default: the reference)",
     )
     parser.add_argument("--manifest", type=Path, default=HERE / "manifest.json")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per vector (30)")
@@ -327,7 +384,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if damaged:
         print(f"error: vectors differ from the manifest's sha256: {damaged[:5]}", file=sys.stderr)
         return 2
-    loaders = [Loader.parse(s) for s in (args.loader or [f"reference={REFERENCE_LOADER}"])]
+    try:
+        loaders = [
+            builtin_loader(s) if s in BUILTIN_LOADERS else Loader.parse(s)
+            for s in (args.loader or ["reference"])
+        ]
+    except BuildError as exc:
+        print(f"error: the C loader did not build:\n{exc}", file=sys.stderr)
+        return 2
     if len({ld.label for ld in loaders}) != len(loaders):
         print("error: two loaders share a label; name them with LABEL=CMD", file=sys.stderr)
         return 2
