@@ -1,6 +1,6 @@
 """Benchmark opening a file and looking up one tensor: AWQ-v2 against safetensors, 1k to 1M tensors.
 
-Usage: ``python bench/bench_open.py [--quick] [--counts 1000,1000000] [--repeat N]``.
+Usage: ``python bench/bench_open.py [--quick] [--counts 1000,1000000] [--repeat N] [--plot PNG]``.
 
 Part 1 writes, for each tensor count, an AWQ-v2 file (streaming ``reference.Writer``) and a
 safetensors file (``safetensors.numpy.save_file``) holding the same empty tensors, named like
@@ -578,7 +578,51 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-cap-search", action="store_true", help="skip finding safetensors' largest count"
     )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="also draw open+lookup time against tensor count, log-log (needs matplotlib: "
+        "the bench extra)",
+    )
     return parser.parse_args(argv)
+
+
+def plot_open(rows: Sequence[Row], path: Path) -> None:
+    """Median and best open+lookup time against tensor count, both formats, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    series = [("AWQ-v2", [(r.count, r.awq2) for r in rows], "o-", "#3f51b5")]
+    st = [(r.count, r.st) for r in rows if r.st is not None]
+    series.append(("safetensors", st, "s-", "#e91e63"))  # type: ignore[arg-type]
+    for label, points, style, colour in series:
+        if not points:
+            continue
+        counts = [c for c, _ in points]
+        ax.plot(counts, [t.median for _, t in points], style, color=colour, label=label)
+        ax.fill_between(counts, [t.best for _, t in points], [t.median for _, t in points],
+                        color=colour, alpha=0.15, linewidth=0)  # fmt: skip
+    refused = [r.count for r in rows if r.st is None]
+    if refused:
+        ax.axvline(min(refused), color="#e91e63", linestyle=":", linewidth=1)
+        ax.text(min(refused), ax.get_ylim()[1], "safetensors refuses the file ", color="#e91e63",
+                va="top", ha="right", fontsize=8)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tensors in the file")
+    ax.set_ylabel("open + one lookup (s, median; band: best)")
+    ax.set_title("Opening a file and reading one tensor")
+    ax.grid(True, which="both", linewidth=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"plot written to {path}")
 
 
 def run_open_bench(counts: Sequence[int], cfg: Settings, cap_search: bool) -> list[Row]:
@@ -611,6 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     print_open_table(rows)
     print()
     print_targets(rows)
+    if args.plot is not None:
+        plot_open(rows, args.plot)
     print("\n== 2. padding overhead from the shapes (no data written) ==")
     print_padding([llama3_8b(), mixtral_8x7b()])
     return 0

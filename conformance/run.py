@@ -364,7 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a loader command, or a built-in name: reference, c (repeat for a matrix; "
         "default: the reference)",
     )
-    parser.add_argument("--manifest", type=Path, default=HERE / "manifest.json")
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        default=HERE / "manifest.json",
+        help="the manifest to check against (default: the committed one)",
+    )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per vector (30)")
     parser.add_argument("--only", metavar="REGEX", help="run only vectors whose id matches")
     parser.add_argument("--report-json", type=Path, help="write every verdict as JSON")
