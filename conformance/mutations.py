@@ -188,6 +188,11 @@ def _metadata_bom(ed: FileEditor) -> None:
     ed.set_bytes(ed.metadata_offset, b"\xef\xbb\xbf").refresh()  # over the first 3 JSON bytes
 
 
+def _metadata(raw: bytes) -> Callable[[FileEditor], object]:
+    """Replace the metadata document by ``raw`` (any length)."""
+    return lambda ed: ed.replace_metadata(raw).refresh()
+
+
 def _metadata_duplicate_key(ed: FileEditor) -> None:
     doc = b'{"a":1,"a":2}'
     length = ed.h("metadata_length")
@@ -273,6 +278,11 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
     M("metadata_bom", _metadata_bom, "BAD_METADATA", ("META-1",), "validate", "UTF-8 byte order mark"),
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
+    M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),
+    M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
+    M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),
+    M("metadata_lone_surrogate", _metadata(rb'{"a":"\ud800x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\ud800 without its low half"),
+    M("metadata_deep_and_malformed", _metadata(b'{"a":' + b"[" * 70 + b"}"), "LIMIT_METADATA", ("META-6", "LIM-5"), "validate", "70 unclosed arrays: the depth is measured before the grammar"),
     # payloads [ENT-10]
     M("tensor_checksum", _flip_payload, "BAD_TENSOR_CHECKSUM", ("ENT-10", "CRC-1"), "verify", "one payload bit flipped"),
 )  # fmt: skip

@@ -119,6 +119,19 @@ class FileEditor:
         self.data[offset] ^= 1 << bit
         return self
 
+    def replace_metadata(self, raw: bytes) -> FileEditor:
+        """Put ``raw`` in place of the metadata (the last index section, so nothing moves but
+        the trailer): fixes ``metadata_length``, ``index_length`` and ``file_size``; the
+        caller refreshes the checksums."""
+        start, length = self.metadata_offset, self.h("metadata_length")
+        self.data[start : start + length] = raw
+        self.set_header(
+            metadata_length=len(raw),
+            index_length=self.h("index_length") + len(raw) - length,
+            file_size=len(self.data),
+        )
+        return self
+
     def truncate(self, length: int) -> FileEditor:
         del self.data[length:]
         return self

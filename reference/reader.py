@@ -14,7 +14,6 @@ through a NumPy structured dtype derived from the construct schema
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 from collections.abc import Iterable, Iterator
@@ -28,6 +27,7 @@ from reference import rules
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.hashing import buckets_of, fnv1a_64_many
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
+from reference.metadata import parse_metadata
 from reference.v1 import V1Reader, is_safetensors
 from spec.algorithms import align_up, bucket_bits_for, bucket_of, crc32c, fnv1a_64
 from spec.constants import (
@@ -36,7 +36,6 @@ from spec.constants import (
     MAGIC,
     MAX_BUCKET_LENGTH,
     MAX_DIMS,
-    MAX_METADATA_DEPTH,
     MAX_METADATA_LENGTH,
     MAX_NAME_LENGTH,
     MAX_TENSORS,
@@ -724,59 +723,6 @@ class Reader:
 
     def _all_buckets(self) -> NDArray[np.uint64]:
         return buckets_of(self._entries["name_hash"], self._bucket_bits)
-
-
-def parse_metadata(raw: bytes, *, offset: int) -> dict[str, Any]:
-    """Strict JSON object parsing [META-1, META-2, LIM-5]."""
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ValueError(f"duplicate key {key!r}")
-            out[key] = value
-        return out
-
-    def no_constants(token: str) -> Any:
-        raise ValueError(f"{token} is not JSON")
-
-    try:
-        text = bytes(raw).decode("utf-8")
-        document = json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
-    except RecursionError as exc:
-        raise error(
-            "LIMIT_METADATA",
-            "metadata nested too deeply",
-            offset=offset,
-            expected=f"depth <= {MAX_METADATA_DEPTH}",
-            found="deeper",
-        ) from exc
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise error(
-            "BAD_METADATA",
-            "metadata is not a strict UTF-8 JSON document",
-            offset=offset,
-            expected="a JSON object",
-            found=str(exc)[:200],
-        ) from exc
-    if not isinstance(document, dict):
-        raise error(
-            "BAD_METADATA",
-            "metadata is not a JSON object",
-            offset=offset,
-            expected="object",
-            found=type(document).__name__,
-        )
-    depth = rules.json_depth(document)
-    if depth > MAX_METADATA_DEPTH:
-        raise error(
-            "LIMIT_METADATA",
-            "metadata nested too deeply",
-            offset=offset,
-            expected=f"depth <= {MAX_METADATA_DEPTH}",
-            found=depth,
-        )
-    return document
 
 
 def open(  # noqa: A001

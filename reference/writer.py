@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import glob
-import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -27,14 +26,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from reference import rules
 from reference.hashing import buckets_of, fnv1a_64_many
+from reference.metadata import encode_metadata
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
     ALIGNMENT,
     INDEX_SECTION_ALIGN,
     MAGIC,
     MAX_BUCKET_LENGTH,
-    MAX_METADATA_DEPTH,
-    MAX_METADATA_LENGTH,
     MAX_NAME_LENGTH,
     MAX_TENSORS,
     SLAB_OFFSET,
@@ -82,25 +80,6 @@ class _State(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
     ABORTED = "aborted"
-
-
-def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:
-    """Canonical UTF-8 JSON of the metadata [META-1, META-2, WR-1]: sorted keys, no spaces."""
-    if metadata is None:
-        return b""
-    if not isinstance(metadata, Mapping):
-        raise TypeError("metadata must be a mapping (a JSON object)")
-    text = json.dumps(
-        metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    )
-    raw = text.encode("utf-8")
-    if len(raw) > MAX_METADATA_LENGTH:
-        raise ValueError(
-            f"metadata is {len(raw)} bytes, over the limit {MAX_METADATA_LENGTH} [LIM-5]"
-        )
-    if rules.json_depth(metadata) > MAX_METADATA_DEPTH:
-        raise ValueError(f"metadata nests deeper than {MAX_METADATA_DEPTH} levels [LIM-5]")
-    return raw
 
 
 def dtype_name_of(array: np.ndarray) -> str:

@@ -182,7 +182,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "LIMIT_METADATA",
         "LimitError",
-        ("LIM-5",),
+        ("LIM-5", "META-6"),
         "metadata longer than max_metadata_length or nested deeper than max_metadata_depth",
     ),
     ErrorCode("LIMIT_BUCKET", "LimitError", ("LIM-6",), "a bucket longer than max_bucket_length"),
@@ -276,8 +276,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_METADATA",
         "MetadataError",
-        ("META-1", "META-2"),
-        "metadata is not UTF-8, not a JSON object, or has duplicate keys",
+        ("META-1", "META-2", "META-5", "META-6"),
+        "metadata is not UTF-8, not a JSON object, has duplicate keys, an out-of-range or "
+        "over-long number, or an unpaired surrogate",
     ),
     ErrorCode(
         "BAD_METADATA_CHECKSUM",

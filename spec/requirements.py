@@ -337,6 +337,24 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "`metadata_crc` MUST equal the CRC-32C of the metadata bytes (0 when "
         "there are none); a reader MUST check it before it parses the metadata.",
     ),
+    _r(
+        "META-5",
+        "MUST",
+        "Every number in the metadata MUST be at most 100 bytes long (sign, digits, point and "
+        "exponent) and finite when read as IEEE 754 binary64 (`1e400` is invalid), and every "
+        "string and key MUST be Unicode scalar values: a `\\u` escape of a surrogate MUST be "
+        "the high half of an escaped pair followed by its low half (`BAD_METADATA`).",
+    ),
+    _r(
+        "META-6",
+        "MUST",
+        "A reader MUST check the metadata in this order: no byte order mark and valid UTF-8; "
+        "then its nesting depth, by one pass over the bytes before any parsing (outside a "
+        'string, `"` starts a string, `[` and `{` add one and `]` and `}` subtract one; '
+        'inside a string, `\\` skips the next byte and `"` ends it), a depth over '
+        "`max_metadata_depth` at any point being `LIMIT_METADATA` whatever the rest of the "
+        "text; then the JSON grammar, duplicate keys and META-5 (`BAD_METADATA`).",
+    ),
     # ---- limits
     _r(
         "LIM-1",
@@ -414,7 +432,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "bounds, layout and quantisation fields (LAY-1 to LAY-6), bucket, then uniqueness and "
         "order inside the bucket; then `names_length` and `dims_count` against the entries; "
         "layers (LAY-7); payload placement (overlap, then packing); padding (PAD-1, PAD-2, "
-        "PAD-3); metadata (checksum, UTF-8, JSON, limits). The first failed check gives the "
+        "PAD-3); metadata (checksum, then META-6's order). The first failed check gives the "
         "error code.",
     ),
     _r(

@@ -197,9 +197,7 @@ def _replace_dims(ed: FileEditor, i: int, dims: tuple[int, ...]) -> None:
 
 
 def _replace_metadata(ed: FileEditor, raw: bytes) -> None:
-    start = ed.metadata_offset
-    _splice(ed, start, start + ed.h("metadata_length"), raw)
-    ed.set_header(metadata_length=len(raw)).refresh()
+    ed.replace_metadata(raw).refresh()
 
 
 def _code(path: Path, *, lookups: bool = True) -> str | None:

@@ -1,13 +1,17 @@
 /* json.c: strict UTF-8 (NAME-2, META-1) and the metadata check (META-1, META-2, LIM-5).
  *
- * The parser is iterative (an explicit stack on the heap), so no input can exhaust the C stack;
- * it checks the whole text against RFC 8259 and the duplicate-key rule first and the nesting
- * depth last, the order of format.md "Full validation" step 6.
+ * The order is META-6's: no byte order mark and valid UTF-8, then the nesting depth by one
+ * lexical pass (LIMIT_METADATA, whatever the rest of the text), then the grammar, duplicate
+ * keys, numbers and surrogate escapes (META-2, META-5).  The parser is iterative (an explicit
+ * stack on the heap), so no input can exhaust the C stack.
  */
 #include "awq2.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_NUMBER_LENGTH 100 /* META-5 */
 
 size_t awq2_utf8_invalid_at(const uint8_t *s, size_t len)
 {
@@ -66,7 +70,7 @@ typedef struct {
     uint64_t base; /* file offset of s[0], for messages */
     awq2_error *err;
     frame *stack;
-    size_t depth, stack_cap, max_depth;
+    size_t depth, stack_cap;
     key_ref *keys;
     size_t nkeys, keys_cap;
     uint8_t *arena;
@@ -225,6 +229,10 @@ static int string(parser *p, int keep)
                 else
                     p->pos = save; /* a lone high surrogate, then another escape */
             }
+            if (cp >= 0xD800 && cp <= 0xDFFF) { /* META-5: no unpaired surrogate */
+                p->pos -= 6;
+                return bad(p, "\\u escape of an unpaired surrogate");
+            }
             break;
         default:
             p->pos--;
@@ -235,6 +243,8 @@ static int string(parser *p, int keep)
     }
 }
 
+static int number_grammar(parser *p);
+
 static int digits(parser *p)
 {
     size_t start = p->pos;
@@ -243,9 +253,30 @@ static int digits(parser *p)
     return p->pos > start ? 0 : bad(p, "digit expected");
 }
 
-/* RFC 8259 number grammar; NaN and Infinity are not in it.  A number too large for a double
- * is accepted here as any JSON parser must (the spec forbids only the NaN/Infinity tokens). */
+/* RFC 8259 number grammar (NaN and Infinity are not in it), then META-5: at most 100 bytes,
+ * and finite as a binary64. */
 static int number(parser *p)
+{
+    size_t start = p->pos;
+    if (number_grammar(p))
+        return -1;
+    size_t n = p->pos - start;
+    if (n > MAX_NUMBER_LENGTH) {
+        p->pos = start;
+        return bad(p, "a number longer than 100 bytes");
+    }
+    char token[MAX_NUMBER_LENGTH + 1];
+    memcpy(token, p->s + start, n);
+    token[n] = 0;
+    double v = strtod(token, NULL); /* the C locale: '.' is the decimal point */
+    if (isinf(v)) {
+        p->pos = start;
+        return bad(p, "a number outside the range of binary64");
+    }
+    return 0;
+}
+
+static int number_grammar(parser *p)
 {
     if (p->s[p->pos] == '-')
         p->pos++;
@@ -285,8 +316,6 @@ static int push(parser *p, char kind)
     p->stack[p->depth].first_key = p->nkeys;
     p->stack[p->depth].arena_mark = p->arena_len;
     p->depth++;
-    if (p->depth > p->max_depth)
-        p->max_depth = p->depth;
     p->pos++;
     return 0;
 }
@@ -402,6 +431,27 @@ int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_err
         return awq2_fail(err, "BAD_METADATA", base + at,
                          "metadata is not UTF-8: invalid byte 0x%02X at metadata byte %zu",
                          text[at], at);
+    /* META-6: the depth, by one lexical pass, before the text is parsed */
+    long long depth = 0; /* may go below zero in a malformed text: not clamped */
+    int in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > AWQ2_MAX_METADATA_DEPTH)
+                return awq2_fail(err, "LIMIT_METADATA", base + i,
+                                 "metadata nests deeper than max_metadata_depth (%u)",
+                                 AWQ2_MAX_METADATA_DEPTH);
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
     parser p;
     memset(&p, 0, sizeof p);
     p.s = text;
@@ -412,11 +462,5 @@ int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_err
     free(p.stack);
     free(p.keys);
     free(p.arena);
-    if (rc)
-        return rc;
-    if (p.max_depth > AWQ2_MAX_METADATA_DEPTH)
-        return awq2_fail(err, "LIMIT_METADATA", base,
-                         "metadata nests %zu levels deep; max_metadata_depth is %u",
-                         p.max_depth, AWQ2_MAX_METADATA_DEPTH);
-    return 0;
+    return rc;
 }
