@@ -7,6 +7,7 @@ file the writer accepts to write is one the reader accepts to read.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reference.errors import error
@@ -14,6 +15,7 @@ from spec.constants import ALIGNMENT, MAX_DIMS, U64_MAX
 from spec.registry import (
     DTYPE_BY_CODE,
     LAYOUT_BY_CODE,
+    LAYOUT_BY_NAME,
     MARLIN_GROUP_SIZES,
     QUANT_BITS,
     SCALE_DTYPES,
@@ -257,3 +259,48 @@ def check_layout(
     if shape != want_shape:
         raise bad("shape", list(want_shape), list(shape))
     return layout.name
+
+
+def check_layers(infos: Sequence[TensorInfo], offset_of: Callable[[int], int]) -> None:
+    """Every quantised entry is ``<prefix>.<role>`` of a layer whose qweight, scales and
+    qzeros all exist, share one layout family and record one k, n, bits and group size
+    [LAY-7].  ``infos`` in index order; the first offender is reported, at ``offset_of(i)``
+    (the entry's record for a reader)."""
+    by_name = {info.name: (i, info) for i, info in enumerate(infos)}
+    for i, info in enumerate(infos):
+        layout = LAYOUT_BY_NAME[info.layout]
+        if not layout.quantized:
+            continue
+        family = info.layout.split("_", 1)[0]
+        prefix, dot, role = info.name.rpartition(".")
+        if not dot or role != layout.role:
+            raise error(
+                "BAD_QUANT_FIELDS",
+                f"{info.name!r} has layout {info.layout} but is not named <prefix>.{layout.role}",
+                offset=offset_of(i),
+                expected=f"<prefix>.{layout.role}",
+                found=info.name,
+            )
+        for part in ("qweight", "scales", "qzeros"):
+            found = by_name.get(f"{prefix}.{part}")
+            want = f"{family}_{part.upper()}"
+            if found is None:
+                raise error(
+                    "BAD_QUANT_FIELDS",
+                    f"{info.name!r} belongs to a layer without {prefix}.{part}",
+                    offset=offset_of(i),
+                    expected=f"an entry {prefix}.{part} with layout {want}",
+                    found="none",
+                )
+            j, other = found
+            fields = (other.k, other.n, other.bits, other.group_size)
+            if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
+                raise error(
+                    "BAD_QUANT_FIELDS",
+                    f"{prefix}.{part} disagrees with {info.name!r}",
+                    offset=offset_of(j),
+                    expected=f"{want} k={info.k} n={info.n} bits={info.bits} "
+                    f"group_size={info.group_size}",
+                    found=f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
+                    f"group_size={other.group_size}",
+                )

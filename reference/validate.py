@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reference.errors import error
+from reference.rules import check_layers
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
-from spec.registry import LAYOUT_BY_NAME
 from spec.schema import ENTRY_FIELD_OFFSET, ENTRY_SIZE, HEADER_SIZE
 
 if TYPE_CHECKING:
@@ -173,48 +173,8 @@ def _check_entries(reader: Reader) -> list[TensorInfo]:
 
 
 def _check_layers(reader: Reader, infos: list[TensorInfo]) -> None:
-    """Every quantised entry is ``<prefix>.<role>`` of a layer whose qweight, scales and
-    qzeros all exist, share one layout family and record one k, n, bits and group size
-    [LAY-7].  Entries are taken in index order; the first offender is reported."""
-    by_name = {info.name: (i, info) for i, info in enumerate(infos)}
-    for i, info in enumerate(infos):
-        layout = LAYOUT_BY_NAME[info.layout]
-        if not layout.quantized:
-            continue
-        at = reader._entries_offset + ENTRY_SIZE * i
-        family = info.layout.split("_", 1)[0]
-        prefix, dot, role = info.name.rpartition(".")
-        if not dot or role != layout.role:
-            raise error(
-                "BAD_QUANT_FIELDS",
-                f"{info.name!r} has layout {info.layout} but is not named <prefix>.{layout.role}",
-                offset=at,
-                expected=f"<prefix>.{layout.role}",
-                found=info.name,
-            )
-        for part in ("qweight", "scales", "qzeros"):
-            found = by_name.get(f"{prefix}.{part}")
-            want = f"{family}_{part.upper()}"
-            if found is None:
-                raise error(
-                    "BAD_QUANT_FIELDS",
-                    f"{info.name!r} belongs to a layer without {prefix}.{part}",
-                    offset=at,
-                    expected=f"an entry {prefix}.{part} with layout {want}",
-                    found="none",
-                )
-            j, other = found
-            fields = (other.k, other.n, other.bits, other.group_size)
-            if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
-                raise error(
-                    "BAD_QUANT_FIELDS",
-                    f"{prefix}.{part} disagrees with {info.name!r}",
-                    offset=reader._entries_offset + ENTRY_SIZE * j,
-                    expected=f"{want} k={info.k} n={info.n} bits={info.bits} "
-                    f"group_size={info.group_size}",
-                    found=f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
-                    f"group_size={other.group_size}",
-                )
+    """[LAY-7] over every entry, in index order; errors point at the entry record."""
+    check_layers(infos, lambda i: reader._entries_offset + ENTRY_SIZE * i)
 
 
 def _check_placement(reader: Reader, infos: list[TensorInfo]) -> None:

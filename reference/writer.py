@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from reference import rules
+from reference.errors import FormatError
 from reference.hashing import buckets_of, fnv1a_64_many
 from reference.metadata import encode_metadata
 from spec.algorithms import align_up, bucket_bits_for, crc32c
@@ -121,6 +122,7 @@ class Writer:
         self._seen: set[bytes] = set()
         self._records: list[tuple[int, ...]] = []
         self._shapes: list[tuple[int, ...]] = []
+        self._quantized: list[rules.TensorInfo] = []
         self._state = _State.OPEN
 
     # ------------------------------------------------------------------ adding tensors
@@ -240,9 +242,12 @@ class Writer:
                 crc,
             )
         )
-        return rules.TensorInfo(
+        info = rules.TensorInfo(
             name, dtype, shape, layout, offset, length, crc, bits, group_size, k, n
         )
+        if spec_layout.quantized:  # kept for the layer check at close [LAY-7]
+            self._quantized.append(info)
+        return info
 
     def add_linear(self, prefix: str, **layer: Any) -> str:
         """Store one quantised linear layer; see :func:`reference.layers.write_linear`.
@@ -316,6 +321,10 @@ class Writer:
             raise WriterStateError(f"writer is {self._state.value}")
 
     def _finish(self) -> None:
+        try:
+            rules.check_layers(self._quantized, lambda i: 0)
+        except FormatError as exc:
+            raise ValueError(f"not whole layers [LAY-7]: {exc}") from exc
         index, counts = self._build_index()
         index_offset = self._cursor
         self._file.truncate(index_offset)  # zero padding up to the index [PAD-2]

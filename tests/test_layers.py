@@ -242,3 +242,23 @@ def test_bias_of_the_wrong_shape_is_refused_before_anything_is_written(tmp_path)
         w.add("other", np.arange(3))
     with reference.open(path, validate=True) as f:
         assert f.names() == ["other"]
+
+
+def test_writer_refuses_quantised_entries_that_are_not_whole_layers(tmp_path):
+    """LAY-7 at close: a lone MARLIN_QWEIGHT entry (no scales, no qzeros) is refused and
+    nothing is published; the same entries completed into a layer are written."""
+    rng = np.random.default_rng(5)
+    q, z, s = make_layer(rng, 128, 64, 4, 64)
+    qweight = codec.swizzle_qweight(q, 4)
+    path = tmp_path / "lone.awq2"
+    fields = dict(bits=4, group_size=64, k=128, n=64)
+    with pytest.raises(ValueError, match="LAY-7"):
+        with reference.Writer(path) as w:
+            w.add("p.qweight", qweight, layout="MARLIN_QWEIGHT", **fields)
+    assert not path.exists()
+    with reference.Writer(path) as w:
+        w.add("p.qweight", qweight, layout="MARLIN_QWEIGHT", **fields)
+        w.add("p.scales", codec.swizzle_scales(s, 128, 64), layout="MARLIN_SCALES", **fields)
+        w.add("p.qzeros", codec.swizzle_zeros(z, 4), layout="MARLIN_QZEROS", **fields)
+    with reference.open(path, validate=True) as f:
+        np.testing.assert_array_equal(f.dequantize("p"), codec.dequantize(q, z, s, 64))
