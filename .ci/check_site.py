@@ -208,6 +208,21 @@ def _drop_query(url: str) -> str:
     return parts.path + (f"#{parts.fragment}" if parts.fragment else "")
 
 
+def _settled_hrefs(driver: object) -> list[str]:
+    """The search result links, once two snapshots 0.3 s apart agree (or after 10 tries)."""
+    script = (
+        "return Array.from(document.querySelectorAll('.md-search-result a[href]')).map(a => a.href)"
+    )
+    previous: list[str] | None = None
+    for _ in range(10):
+        links = list(driver.execute_script(script))  # type: ignore[attr-defined]
+        if links == previous:
+            break
+        previous = links
+        time.sleep(0.3)
+    return previous or []
+
+
 def check_search(driver: object, base: str) -> tuple[list[str], list[str]]:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -231,10 +246,9 @@ def check_search(driver: object, base: str) -> tuple[list[str], list[str]]:
         except Exception:
             problems.append(f"search {query!r}: no results")
             continue
-        links = [
-            a.get_attribute("href")
-            for a in driver.find_elements(By.CSS_SELECTOR, ".md-search-result a[href]")  # type: ignore[attr-defined]
-        ]
+        # One snapshot from JavaScript: the results re-render while the search settles, and
+        # element handles taken one by one can go stale in between.
+        links = _settled_hrefs(driver)
         rel = [_drop_query(link[len(base) :]) for link in links if link and link.startswith(base)]
         hits = [r for r in rel if r.startswith(wanted)]
         report.append(f"search {query!r}: {len(rel)} result links; index chapter: {hits[:3]}")

@@ -299,7 +299,7 @@ def render_errors(arg: str | None, page: Path) -> list[str]:
 
 def requirement_item(req: Requirement) -> str:
     """One statement as a list item led by its anchor."""
-    return f'- <a id="{req.id}"></a>**{req.id}** ({req.level}) {req.text}'
+    return f'- <a id="{req.id}"></a>[**{req.id}**](#{req.id}) ({req.level}) {req.text}'
 
 
 def render_requirements(arg: str | None, page: Path) -> list[str]:
