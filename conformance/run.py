@@ -266,7 +266,8 @@ def run(
 def print_matrix(manifest: dict[str, Any], loaders: list[Loader], outcomes: list[Outcome]) -> None:
     by = {(o.vector, o.loader): o for o in outcomes}
     width = max([len(v["id"]) for v in manifest["vectors"]] + [10])
-    cols = [max(len(ld.label), 8) for ld in loaders]
+    # wide enough for the label and "FAIL " plus the longest error code of the registry
+    cols = [max(len(ld.label), 26) for ld in loaders]
     for expect, title in CLASSES:
         vectors = [
             v
@@ -280,7 +281,7 @@ def print_matrix(manifest: dict[str, Any], loaders: list[Loader], outcomes: list
             "  "
             + "vector".ljust(width)
             + "  "
-            + "  ".join(ld.label.ljust(c) for ld, c in zip(loaders, cols, strict=True))
+            + "  ".join(ld.label.ljust(c) for ld, c in zip(loaders, cols, strict=True)).rstrip()
         )
         for v in vectors:
             cells = []
@@ -290,7 +291,7 @@ def print_matrix(manifest: dict[str, Any], loaders: list[Loader], outcomes: list
                     o.code or o.kind if o.kind != "accept" else "accept"
                 )
                 cells.append(mark[:c].ljust(c))
-            print("  " + v["id"].ljust(width) + "  " + "  ".join(cells))
+            print(("  " + v["id"].ljust(width) + "  " + "  ".join(cells)).rstrip())
 
 
 def print_failures(outcomes: list[Outcome]) -> None:
