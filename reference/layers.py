@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from reference import codec
 from reference.errors import error
-from reference.rules import TensorInfo, marlin_shape_ok
+from reference.rules import TensorInfo, check_layers, marlin_shape_ok
 
 if TYPE_CHECKING:
     from reference.reader import Reader
@@ -136,7 +136,8 @@ def read_linear(
 ) -> LinearLayer:
     """The layer's stored arrays (zero-copy views), or one tensor-parallel shard of them."""
     infos = {part: _info(reader, f"{prefix}.{part}") for part in PARTS}
-    _check_agree(prefix, infos)
+    parts = list(infos.values())
+    check_layers(parts, lambda i: parts[i].offset)  # [LAY-7], as full validation checks it
     qi = infos["qweight"]
     family = "MARLIN" if qi.layout.startswith("MARLIN_") else "AWQ"
     views = {part: reader._view(info) for part, info in infos.items()}
@@ -172,33 +173,6 @@ def _info(reader: Reader, name: str) -> TensorInfo:
             found=info.layout,
         )
     return info
-
-
-def _check_agree(prefix: str, infos: dict[str, TensorInfo]) -> None:
-    """The three entries record one layer [LAY-7]."""
-    qi = infos["qweight"]
-    if qi.layout not in ("MARLIN_QWEIGHT", "AWQ_QWEIGHT"):
-        raise error(
-            "BAD_QUANT_FIELDS",
-            f"{prefix}.qweight has layout {qi.layout}",
-            offset=qi.offset,
-            expected="MARLIN_QWEIGHT or AWQ_QWEIGHT",
-            found=qi.layout,
-        )
-    family = qi.layout.split("_")[0]
-    for part, info in infos.items():
-        want_layout = f"{family}_{part.upper()}"
-        same = (info.k, info.n, info.bits, info.group_size) == (qi.k, qi.n, qi.bits, qi.group_size)
-        if info.layout != want_layout or not same:
-            raise error(
-                "BAD_QUANT_FIELDS",
-                f"{prefix}.{part} disagrees with {prefix}.qweight",
-                offset=info.offset,
-                expected=f"{want_layout} k={qi.k} n={qi.n} bits={qi.bits} "
-                f"group_size={qi.group_size}",
-                found=f"{info.layout} k={info.k} n={info.n} bits={info.bits} "
-                f"group_size={info.group_size}",
-            )
 
 
 def shard(layer: LinearLayer, *, tp_rank: int, tp_size: int, parallel: Parallel) -> LinearLayer:

@@ -85,6 +85,12 @@ def element_count(shape: tuple[int, ...]) -> int:
     return count
 
 
+def extent_fits(shape: tuple[int, ...], itemsize: int) -> bool:
+    """The non-zero dimensions x itemsize fit in a signed 64-bit size, so NumPy (or PyTorch)
+    can describe the shape even when a zero dimension leaves no elements [ENT-5]."""
+    return element_count(tuple(d for d in shape if d)) * itemsize <= _MAX_EXTENT
+
+
 def check_dims(ndim: int, *, offset: int) -> None:
     """ndim within the limit [LIM-4], before the dims are read."""
     if ndim > MAX_DIMS:
@@ -129,7 +135,7 @@ def check_payload(
             expected="< 2**64",
             found=f"{shape} x {dtype.itemsize}",
         )
-    if element_count(tuple(d for d in shape if d)) * dtype.itemsize > _MAX_EXTENT:
+    if not extent_fits(shape, dtype.itemsize):
         raise error(
             "BAD_SHAPE",
             "non-zero dimensions x itemsize do not fit in a signed 64-bit size",

@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 from reference import codec
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.layers import LinearLayer, dequantize_layer, shard
-from reference.rules import _MAX_EXTENT, TensorInfo, element_count, marlin_shape_ok
+from reference.rules import TensorInfo, element_count, extent_fits, marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
 
 _ST_DTYPES = {
@@ -147,7 +147,7 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str,
             raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} length is not its shape's",
                           offset=8, expected=f"shape {spec['shape']} of {dtype}",
                           found=f"{end - start} bytes", path=str(path))  # fmt: skip
-        if _ST_ITEMSIZE[dtype] * element_count(tuple(d for d in spec["shape"] if d)) > _MAX_EXTENT:
+        if not extent_fits(tuple(spec["shape"]), _ST_ITEMSIZE[dtype]):
             raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} shape is not representable",
                           offset=8, expected="non-zero dimensions x itemsize < 2**63",
                           found=spec["shape"], path=str(path))  # fmt: skip
