@@ -1,7 +1,7 @@
 """Pure-NumPy reference codec: AWQ v1 packing <-> vLLM Marlin layout.
 
-Definitions (the single statement of the bit order; see ``MARLIN.md``, sections "Notation",
-"AWQ v1" and "Marlin"):
+Definitions (the codec chapter, ``docs/spec/codec.md``, is the normative statement of the bit
+order; the numbers below are imported from :mod:`spec.marlin`):
 
 - ``q[k, n]`` and ``z[G, n]`` are unsigned codes (``uint8``, ``0 <= code < 2**bits``), ``s[G, n]``
   are scales (any float dtype), ``G = k // group_size`` or 1 when ``group_size == -1``.
@@ -41,6 +41,18 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from spec import marlin
+from spec.marlin import (
+    AWQ_ORDER,
+    GEMM_MIN_K,
+    MARLIN_GROUP_SIZES,
+    QUANT_BITS,
+    SCALE_RUN_CHANNEL,
+    SCALE_RUN_GROUPED,
+    TILE_K,
+    TILE_N,
+)
+
 __all__ = [
     "AWQ_ORDER",
     "MARLIN_GROUP_SIZES",
@@ -64,17 +76,6 @@ __all__ = [
     "validate_marlin",
 ]
 
-# ---------------------------------------------------------------------------------------------
-# Constants (the numbers of MARLIN.md, nowhere else).
-
-SUPPORTED_BITS: tuple[int, ...] = (4, 8)
-AWQ_ORDER: dict[int, tuple[int, ...]] = {4: (0, 2, 4, 6, 1, 3, 5, 7), 8: (0, 2, 1, 3)}
-MARLIN_GROUP_SIZES: tuple[int, ...] = (-1, 32, 64, 128)
-TILE_K = 16  # k rows per Marlin qweight row (repack kernel rule k % 16 == 0)
-TILE_N = 64  # n columns per Marlin tile (rule n % 64 == 0)
-GEMM_MIN_K = 128  # Marlin GEMM thread tile in k (rule k % 128 == 0)
-SCALE_RUN_GROUPED = 64  # columns per 8x8 transpose
-SCALE_RUN_CHANNEL = 32  # columns per channelwise run
 
 # Stable rule strings carried by CodecError.rule.
 RULE_BITS = "bits in {4, 8}"
@@ -141,7 +142,7 @@ class CodecError(ValueError):
 def pack_factor(bits: int) -> int:
     """Codes per int32 word, ``32 // bits``. Raises CodecError(``bits in {4, 8}``)."""
     _check_bits(bits)
-    return 32 // bits
+    return marlin.pack_factor(bits)
 
 
 def num_groups(k: int, group_size: int) -> int:
@@ -195,7 +196,7 @@ def marlin_compatible(k: int, n: int, bits: int, group_size: int) -> bool:
 
 
 def _check_bits(bits: int) -> None:
-    if bits not in SUPPORTED_BITS:
+    if bits not in QUANT_BITS:
         raise CodecError(RULE_BITS, f"bits = {bits!r}")
 
 

@@ -37,11 +37,11 @@ from reference import __version__
 from reference.errors import FormatError
 from reference.layers import PARTS
 from reference.reader import Reader
-from reference.rules import marlin_shape_ok
 from reference.v1 import V1Reader
 from reference.writer import Writer, encode_metadata, stale_partials
 from spec.algorithms import align_up, bucket_bits_for
 from spec.constants import ALIGNMENT, INDEX_SECTION_ALIGN, SLAB_OFFSET
+from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
 from spec.schema import ENTRY_SIZE, TRAILER_SIZE
 

@@ -17,7 +17,8 @@ from numpy.typing import NDArray
 
 from reference import codec
 from reference.errors import error
-from reference.rules import TensorInfo, check_layers, marlin_shape_ok
+from reference.rules import TensorInfo, check_layers
+from spec.marlin import marlin_shape_ok
 
 if TYPE_CHECKING:
     from reference.reader import Reader

@@ -12,14 +12,8 @@ from dataclasses import dataclass
 
 from reference.errors import error
 from spec.constants import ALIGNMENT, MAX_DIMS, U64_MAX
-from spec.registry import (
-    DTYPE_BY_CODE,
-    LAYOUT_BY_CODE,
-    LAYOUT_BY_NAME,
-    MARLIN_GROUP_SIZES,
-    QUANT_BITS,
-    SCALE_DTYPES,
-)
+from spec.marlin import GEMM_MIN_K, MARLIN_GROUP_SIZES, QUANT_BITS, TILE_K, TILE_N, pack_factor
+from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE, LAYOUT_BY_NAME, SCALE_DTYPES
 
 #: Largest extent (non-zero dimensions x itemsize) an array library with signed 64-bit sizes
 #: (NumPy's intp, PyTorch) can describe, even for a tensor with a zero dimension.
@@ -174,27 +168,16 @@ def expected_quant_shape(
     layout: str, bits: int, group_size: int, k: int, n: int
 ) -> tuple[int, ...]:
     """The stored shape a quantised layout has for a layer [LAY-5]."""
-    pf = 32 // bits
+    pf = pack_factor(bits)
     groups = 1 if group_size == -1 else k // group_size
     return {
         "AWQ_QWEIGHT": (k, n // pf),
         "AWQ_SCALES": (groups, n),
         "AWQ_QZEROS": (groups, n // pf),
-        "MARLIN_QWEIGHT": (k // 16, n * 16 // pf),
+        "MARLIN_QWEIGHT": (k // TILE_K, n * TILE_K // pf),
         "MARLIN_SCALES": (groups, n),
         "MARLIN_QZEROS": (groups, n // pf),
     }[layout]
-
-
-def marlin_shape_ok(k: int, n: int, bits: int, group_size: int) -> bool:
-    """Marlin's shape rules [LAY-8]: n % 64, k % 128, group size in the set and dividing k."""
-    return (
-        bits in QUANT_BITS
-        and n % 64 == 0
-        and k % 128 == 0
-        and group_size in MARLIN_GROUP_SIZES
-        and (group_size == -1 or k % group_size == 0)
-    )
 
 
 def check_layout(
@@ -247,12 +230,12 @@ def check_layout(
         raise bad("k and n", ">= 1", f"k={k} n={n}")
     if group_size != -1 and (group_size < 1 or k % group_size):
         raise bad("group_size divides k", f"-1 or a divisor of k={k}", group_size)
-    if n % (32 // bits):
-        raise bad("n % pack factor", f"multiple of {32 // bits}", n)
+    if n % pack_factor(bits):
+        raise bad("n % pack factor", f"multiple of {pack_factor(bits)}", n)
     if layout.name.startswith("MARLIN_"):
         if group_size not in MARLIN_GROUP_SIZES:
             raise bad("Marlin group size", sorted(MARLIN_GROUP_SIZES), group_size)
-        if k % 128 or n % 64:
+        if k % GEMM_MIN_K or n % TILE_N:
             raise bad(
                 "Marlin shape rule k % 128 == 0 and n % 64 == 0",
                 "k % 128 == 0, n % 64 == 0",

@@ -30,7 +30,8 @@ from safetensors import SafetensorError, safe_open
 from reference import codec
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.layers import LinearLayer, dequantize_layer, shard
-from reference.rules import TensorInfo, element_count, extent_fits, marlin_shape_ok
+from reference.rules import TensorInfo, element_count, extent_fits
+from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
 
 _ST_DTYPES = {

@@ -1,7 +1,7 @@
 """Worked-example tables of the codec chapter (``docs/spec/codec.md``), computed from its formulas.
 
 The tables are generated so that they cannot be mistyped.  Every number comes from the
-position formulas below, which restate the Marlin definitions of ``MARLIN.md`` in plain
+position formulas below, which restate the Marlin definitions of the codec chapter in plain
 Python integers; nothing here imports the reference implementation (``spec`` must not
 depend on ``reference``).  The test suite checks these formulas against
 ``reference.codec`` and checks that the chapter holds exactly this output.
@@ -22,11 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-#: AWQ v1 packing order: field ``i`` of a word holds the code of column ``pf*c + ORDER[i]``.
-AWQ_ORDER: dict[int, tuple[int, ...]] = {4: (0, 2, 4, 6, 1, 3, 5, 7), 8: (0, 2, 1, 3)}
-
-TILE_K = 16  #: k rows per Marlin qweight row
-TILE_N = 64  #: n columns per Marlin tile
+from spec import marlin
+from spec.marlin import AWQ_ORDER, QUANT_BITS, TILE_K, TILE_N
 
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
 END = "<!-- END GENERATED -->"
@@ -37,9 +34,9 @@ END = "<!-- END GENERATED -->"
 
 def pack_factor(bits: int) -> int:
     """``pf = 32 // bits``: codes per 32-bit word (8 for 4-bit, 4 for 8-bit)."""
-    if bits not in (4, 8):
+    if bits not in QUANT_BITS:
         raise ValueError(f"bits must be 4 or 8, got {bits!r}")
-    return 32 // bits
+    return marlin.pack_factor(bits)
 
 
 def tile_words(bits: int) -> int:

@@ -108,10 +108,6 @@ LAYOUTS: tuple[Layout, ...] = (
 LAYOUT_BY_CODE = {layout.code: layout for layout in LAYOUTS}
 LAYOUT_BY_NAME = {layout.name: layout for layout in LAYOUTS}
 
-#: bits a quantised entry may record [LAY-3]; 8-bit Marlin is optional for readers [LAY-9].
-QUANT_BITS = frozenset({4, 8})
-#: group sizes a MARLIN_* entry may record [LAY-4]; -1 means one group (channelwise).
-MARLIN_GROUP_SIZES = frozenset({-1, 32, 64, 128})
 
 # --------------------------------------------------------------------------- flags
 
