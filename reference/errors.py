@@ -3,8 +3,9 @@
 Every reader failure is a :class:`FormatError` subclass carrying one stable
 ``code`` from :data:`spec.registry.ERROR_CODES` [RD-3], the file ``offset`` of
 the offending bytes, and what was ``expected`` and ``found``.  The class of each
-code is fixed by the registry, so ``raise_error("BAD_MAGIC", ...)`` is the only
-way code in this package raises one.
+code is fixed by the registry, so :func:`error` (and the helpers for the shapes that
+repeat: :func:`field_error`, :func:`over_limit`, :func:`checksum_mismatch`) is the only way
+code in this package raises one.
 """
 
 from __future__ import annotations
@@ -139,3 +140,20 @@ def error(code: str, message: str, **kw: Any) -> FormatError:
     """Build the registered error class for ``code`` (raise the result)."""
     cls = _CLASSES[ERROR_BY_CODE[code].error_class]
     return cls(code, message, **kw)
+
+
+def field_error(code: str, message: str, offset: int, expected: Any, found: Any) -> FormatError:
+    """A field that is not what the spec allows: ``error`` with its usual arguments in order."""
+    return error(code, message, offset=offset, expected=expected, found=found)
+
+
+def over_limit(code: str, message: str, offset: int, limit: int, found: int) -> FormatError:
+    """A count or size over a normative limit [LIM-*]."""
+    return error(code, message, offset=offset, expected=f"<= {limit}", found=found)
+
+
+def checksum_mismatch(
+    code: str, message: str, offset: int, computed: int, stored: int
+) -> FormatError:
+    """A stored CRC-32C that is not the one computed: ``expected`` is the computed value."""
+    return error(code, message, offset=offset, expected=f"{computed:08x}", found=f"{stored:08x}")

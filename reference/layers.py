@@ -9,8 +9,8 @@ size [LAY-5, LAY-7], so the reader needs no outside configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,11 +18,8 @@ from numpy.typing import NDArray
 from reference import codec
 from reference.errors import error
 from reference.rules import TensorInfo, check_layers
+from reference.source import TensorSource
 from spec.marlin import marlin_shape_ok
-
-if TYPE_CHECKING:
-    from reference.reader import Reader
-    from reference.writer import Writer
 
 PARTS = ("qweight", "scales", "qzeros")
 Parallel = Literal["column", "row"]
@@ -56,8 +53,16 @@ class LinearLayer:
 # ------------------------------------------------------------------------------------- writing
 
 
-def write_linear(
-    writer: Writer,
+@dataclass(frozen=True)
+class StoredTensor:
+    """One entry a layer is stored as: its name, array and the writer's keyword fields."""
+
+    name: str
+    array: NDArray[Any]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_linear(
     prefix: str,
     *,
     bits: int,
@@ -69,9 +74,10 @@ def write_linear(
     qzeros: NDArray[np.int32] | None = None,
     bias: NDArray[Any] | None = None,
     scale_dtype: str | None = None,
-) -> str:
-    """Store one layer from codes (``q``, ``z``) or from AutoAWQ v1 tensors (``qweight``,
-    ``qzeros``), with its ``scales`` and optional ``bias``.  Returns the layout family used.
+) -> tuple[str, list[StoredTensor]]:
+    """The entries that store one layer, from codes (``q``, ``z``) or from AutoAWQ v1 tensors
+    (``qweight``, ``qzeros``), with its ``scales`` and optional ``bias``; and the layout
+    family chosen, ``"MARLIN"`` or ``"AWQ"`` [LAY-8].  ``Writer.add_linear`` adds them.
 
     ``scale_dtype="BF16"`` marks a ``uint16`` scales array holding bfloat16 bits.
     """
@@ -98,12 +104,16 @@ def write_linear(
         mq = codec.awq_pack(q, bits)
         ms = scales
         mz = codec.awq_pack(z, bits)
-    writer.add(f"{prefix}.qweight", mq, layout=f"{family}_QWEIGHT", **fields)
-    writer.add(f"{prefix}.scales", ms, dtype=stored_dtype, layout=f"{family}_SCALES", **fields)
-    writer.add(f"{prefix}.qzeros", mz, layout=f"{family}_QZEROS", **fields)
+    stored = [
+        StoredTensor(f"{prefix}.qweight", mq, dict(layout=f"{family}_QWEIGHT", **fields)),
+        StoredTensor(
+            f"{prefix}.scales", ms, dict(dtype=stored_dtype, layout=f"{family}_SCALES", **fields)
+        ),
+        StoredTensor(f"{prefix}.qzeros", mz, dict(layout=f"{family}_QZEROS", **fields)),
+    ]
     if bias is not None:
-        writer.add(f"{prefix}.bias", np.asarray(bias))
-    return family
+        stored.append(StoredTensor(f"{prefix}.bias", np.asarray(bias)))
+    return family, stored
 
 
 def _scale_dtype_name(scales: NDArray[Any]) -> str:
@@ -128,7 +138,7 @@ def _on_scales(scales: NDArray[Any], permute: Any) -> NDArray[Any]:
 
 
 def read_linear(
-    reader: Reader,
+    reader: TensorSource,
     prefix: str,
     *,
     tp_rank: int = 0,
@@ -141,7 +151,7 @@ def read_linear(
     check_layers(parts, lambda i: parts[i].offset)  # [LAY-7], as full validation checks it
     qi = infos["qweight"]
     family = "MARLIN" if qi.layout.startswith("MARLIN_") else "AWQ"
-    views = {part: reader._view(info) for part, info in infos.items()}
+    views = {part: reader.view(info) for part, info in infos.items()}
     bias = reader.tensor(f"{prefix}.bias") if f"{prefix}.bias" in reader else None
     layer = LinearLayer(
         prefix,
@@ -163,7 +173,7 @@ def read_linear(
     return shard(layer, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
 
 
-def _info(reader: Reader, name: str) -> TensorInfo:
+def _info(reader: TensorSource, name: str) -> TensorInfo:
     info = reader.entry(name)
     if info.layout == "DENSE":
         raise error(
@@ -277,7 +287,7 @@ def dequantize_layer(layer: LinearLayer) -> NDArray[np.float32]:
     return codec.dequantize(q, z, s, layer.group_size)
 
 
-def find_layers(reader: Reader) -> list[str]:
+def find_layers(reader: TensorSource) -> list[str]:
     """Prefixes of every quantised layer in a file (entries whose name ends in .qweight)."""
     out = []
     for info in reader.entries():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -412,6 +413,17 @@ class V1Reader:
     def names(self) -> list[str]:
         """Tensor names in file order (shard by shard, then by offset)."""
         return [t.name for t in sorted(self._tensors.values(), key=lambda t: (t.file, t.offset))]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def entries(self) -> list[TensorInfo]:
+        """Every entry, in the order of :meth:`names`."""
+        return [self.entry(name) for name in self.names()]
+
+    def view(self, info: TensorInfo) -> NDArray[Any]:
+        """The stored v1 payload of an entry this reader returned."""
+        return self.tensor(info.name)
 
     def layers(self) -> list[str]:
         return [

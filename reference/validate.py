@@ -15,223 +15,154 @@ The opening checks [RD-1] have already passed when this runs.  Then:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from reference.errors import error
-from reference.rules import check_layers
+from reference.errors import checksum_mismatch, field_error, over_limit
+from reference.index import Index
+from reference.rules import TensorInfo, check_layers
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
-from spec.schema import ENTRY_FIELD_OFFSET, ENTRY_SIZE, HEADER_SIZE
-
-if TYPE_CHECKING:
-    from reference.reader import Reader
-    from reference.rules import TensorInfo
-
-_NAME_OFFSET_FIELD = ENTRY_FIELD_OFFSET["name_offset"]
-_DIMS_INDEX_FIELD = ENTRY_FIELD_OFFSET["dims_index"]
+from spec.schema import ENTRY_FIELD_OFFSET, HEADER_SIZE
 
 
-def validate_file(reader: Reader) -> list[TensorInfo]:
-    """Run RD-2 on an open reader; returns every entry's info in index order."""
-    _check_index_checksum(reader)
-    _check_bucket_table(reader)
-    infos = _check_entries(reader)
-    _check_layers(reader, infos)
-    _check_placement(reader, infos)
-    _check_padding(reader, infos)
-    reader._metadata_cache = None
-    _ = reader.metadata  # checksum, UTF-8, JSON object, depth [META-*]
-    return infos
+class Validated(NamedTuple):
+    """What full validation read: every entry in index order, and the metadata object."""
+
+    infos: list[TensorInfo]
+    metadata: dict[str, Any]
 
 
-def _check_index_checksum(reader: Reader) -> None:
-    h = reader.header
-    start, end = h["index_offset"], h["index_offset"] + h["index_length"]
-    crc = crc32c(reader._buf[start:end])
+def validate_index(index: Index) -> Validated:
+    """Run RD-2 on an index that passed the opening checks; the first failure is raised."""
+    _check_index_checksum(index)
+    _check_bucket_table(index)
+    infos = _check_entries(index)
+    check_layers(infos, index.geometry.entry_offset)  # [LAY-7], at the entry records
+    _check_placement(index, infos)
+    _check_padding(index, infos)
+    return Validated(infos, index.metadata())  # checksum, UTF-8, JSON object, depth [META-*]
+
+
+def _check_index_checksum(index: Index) -> None:
+    """[IDX-4]"""
+    h = index.header
+    start = h["index_offset"]
+    crc = crc32c(index.buf[start : start + h["index_length"]])
     if crc != h["index_crc"]:
-        raise error(
-            "BAD_INDEX_CHECKSUM",
-            "index checksum mismatch",
-            offset=start,
-            expected=f"{crc:08x}",
-            found=f"{h['index_crc']:08x}",
+        raise checksum_mismatch(
+            "BAD_INDEX_CHECKSUM", "index checksum mismatch", start, crc, h["index_crc"]
         )
 
 
-def _check_bucket_table(reader: Reader) -> None:
-    table = reader._buckets.astype(np.int64)
-    count = reader._count
+def _check_bucket_table(index: Index) -> None:
+    """Starts at 0, never decreases, ends at tensor_count, no bucket too long [IDX-5, LIM-6]."""
+    table = index.buckets.astype(np.int64)
+    at = index.bucket_bound_offset
     if table[0] != 0:
-        raise error(
-            "BAD_BUCKET_TABLE",
-            "bucket table does not start at 0",
-            offset=reader._buckets_offset,
-            expected=0,
-            found=int(table[0]),
+        raise field_error(
+            "BAD_BUCKET_TABLE", "bucket table does not start at 0", at(0), 0, int(table[0])
         )
     steps = np.diff(table)
     bad = np.flatnonzero(steps < 0)
     if bad.size:
         i = int(bad[0])
-        raise error(
-            "BAD_BUCKET_TABLE",
-            f"bucket table decreases after slot {i}",
-            offset=reader._buckets_offset + 4 * (i + 1),
-            expected=f">= {table[i]}",
-            found=int(table[i + 1]),
+        message = f"bucket table decreases after slot {i}"
+        raise field_error(
+            "BAD_BUCKET_TABLE", message, at(i + 1), f">= {table[i]}", int(table[i + 1])
         )
-    if table[-1] != count:
-        raise error(
-            "BAD_BUCKET_TABLE",
-            "bucket table does not end at tensor_count",
-            offset=reader._buckets_offset + 4 * (len(table) - 1),
-            expected=count,
-            found=int(table[-1]),
-        )
+    if table[-1] != index.tensor_count:
+        message = "bucket table does not end at tensor_count"
+        last = len(table) - 1
+        raise field_error("BAD_BUCKET_TABLE", message, at(last), index.tensor_count, int(table[-1]))
     long = np.flatnonzero(steps > MAX_BUCKET_LENGTH)
     if long.size:
         i = int(long[0])
-        raise error(
-            "LIMIT_BUCKET",
-            f"bucket {i} too long",
-            offset=reader._buckets_offset + 4 * i,
-            expected=f"<= {MAX_BUCKET_LENGTH}",
-            found=int(steps[i]),
+        raise over_limit(
+            "LIMIT_BUCKET", f"bucket {i} too long", at(i), MAX_BUCKET_LENGTH, int(steps[i])
         )
 
 
-def _check_entries(reader: Reader) -> list[TensorInfo]:
+def _check_entries(index: Index) -> list[TensorInfo]:
+    """Every entry in index order: packing, local rules, bucket and name order [ENT-*, IDX-6..8]."""
     infos = []
-    name_cursor = dims_cursor = 0
+    cursors = {"name_offset": 0, "dims_index": 0}
     previous_bucket, previous_name = -1, b""
-    table = reader._buckets
-    for i in range(reader._count):
-        rec = reader._record(i)
+    table = index.buckets
+    for i in range(index.tensor_count):
+        rec = index.record(i)
         f = rec.fields
-        if f["name_offset"] != name_cursor:  # [ENT-2]
-            raise error(
-                "BAD_ENTRY_FIELD",
-                f"entry {i} name not packed in entry order",
-                offset=rec.offset + _NAME_OFFSET_FIELD,
-                expected=name_cursor,
-                found=f["name_offset"],
-            )
-        if f["dims_index"] != dims_cursor:  # [ENT-3]
-            raise error(
-                "BAD_ENTRY_FIELD",
-                f"entry {i} dims not packed in entry order",
-                offset=rec.offset + _DIMS_INDEX_FIELD,
-                expected=dims_cursor,
-                found=f["dims_index"],
-            )
-        name_cursor += f["name_length"]
-        dims_cursor += f["ndim"]
-        info = reader._info(rec)
-        bucket = reader._bucket_of_record(rec)
+        for field, what in (("name_offset", "name"), ("dims_index", "dims")):  # [ENT-2, ENT-3]
+            if f[field] != cursors[field]:
+                message = f"entry {i} {what} not packed in entry order"
+                where = rec.offset + ENTRY_FIELD_OFFSET[field]
+                raise field_error("BAD_ENTRY_FIELD", message, where, cursors[field], f[field])
+        cursors["name_offset"] += f["name_length"]
+        cursors["dims_index"] += f["ndim"]
+        info = index.info(rec)
+        bucket = index.bucket_of(rec)
         if not table[bucket] <= i < table[bucket + 1]:  # [IDX-6, IDX-8]
-            raise error(
-                "BAD_ENTRY_ORDER",
-                f"entry {i} ({info.name!r}) outside its bucket {bucket}",
-                offset=rec.offset,
-                expected=f"[{table[bucket]}, {table[bucket + 1]})",
-                found=i,
+            message = f"entry {i} ({info.name!r}) outside its bucket {bucket}"
+            bounds = f"[{table[bucket]}, {table[bucket + 1]})"
+            raise field_error("BAD_ENTRY_ORDER", message, rec.offset, bounds, i)
+        if bucket == previous_bucket and rec.name == previous_name:  # [NAME-3]
+            message = f"duplicate name {info.name!r}"
+            raise field_error("DUPLICATE_NAME", message, rec.offset, "unique names", info.name)
+        if bucket == previous_bucket and rec.name < previous_name:  # [IDX-6]
+            message = f"entry {i} ({info.name!r}) out of name order"
+            raise field_error(
+                "BAD_ENTRY_ORDER", message, rec.offset, f"> {previous_name!r}", rec.name
             )
-        if bucket == previous_bucket:
-            if rec.name == previous_name:  # [NAME-3]
-                raise error(
-                    "DUPLICATE_NAME",
-                    f"duplicate name {info.name!r}",
-                    offset=rec.offset,
-                    expected="unique names",
-                    found=info.name,
-                )
-            if rec.name < previous_name:
-                raise error(
-                    "BAD_ENTRY_ORDER",
-                    f"entry {i} ({info.name!r}) out of name order",
-                    offset=rec.offset,
-                    expected=f"> {previous_name!r}",
-                    found=rec.name,
-                )
         previous_bucket, previous_name = bucket, rec.name
         infos.append(info)
-    for field, used, cursor in (
-        ("names_length", reader.header["names_length"], name_cursor),
-        ("dims_count", reader.header["dims_count"], dims_cursor),
+    for field, cursor in (
+        ("names_length", cursors["name_offset"]),
+        ("dims_count", cursors["dims_index"]),
     ):
-        if used != cursor:
-            raise error(
-                "BAD_ENTRY_FIELD",
-                f"{field} holds bytes no entry uses",
-                offset=reader._entries_offset,
-                expected=cursor,
-                found=used,
-            )
+        if index.header[field] != cursor:
+            message = f"{field} holds bytes no entry uses"
+            where = index.geometry.entries.offset
+            raise field_error("BAD_ENTRY_FIELD", message, where, cursor, index.header[field])
     return infos
 
 
-def _check_layers(reader: Reader, infos: list[TensorInfo]) -> None:
-    """[LAY-7] over every entry, in index order; errors point at the entry record."""
-    check_layers(infos, lambda i: reader._entries_offset + ENTRY_SIZE * i)
-
-
-def _check_placement(reader: Reader, infos: list[TensorInfo]) -> None:
+def _check_placement(index: Index, infos: list[TensorInfo]) -> None:
     """Overlap, then packing [SLAB-4, SLAB-5]."""
     placed = sorted((t for t in infos if t.length), key=lambda t: t.offset)
     previous_end, expected = None, SLAB_OFFSET
     for info in placed:
         if previous_end is not None and info.offset < previous_end:
-            raise error(
-                "OVERLAP",
-                f"payload of {info.name!r} overlaps the one before",
-                offset=info.offset,
-                expected=f">= {previous_end}",
-                found=info.offset,
-            )
+            message = f"payload of {info.name!r} overlaps the one before"
+            raise field_error("OVERLAP", message, info.offset, f">= {previous_end}", info.offset)
         if info.offset != expected:
-            raise error(
-                "SLAB_GAP",
-                f"payload of {info.name!r} not at the next 64 KiB boundary",
-                offset=info.offset,
-                expected=expected,
-                found=info.offset,
-            )
+            message = f"payload of {info.name!r} not at the next 64 KiB boundary"
+            raise field_error("SLAB_GAP", message, info.offset, expected, info.offset)
         previous_end = info.offset + info.length
         expected = align_up(previous_end, ALIGNMENT)
-    if reader.header["index_offset"] != expected:
-        raise error(
-            "SLAB_GAP",
-            "index not at the first 64 KiB boundary after the last payload",
-            offset=reader.header["index_offset"],
-            expected=expected,
-            found=reader.header["index_offset"],
-        )
+    index_offset = index.header["index_offset"]
+    if index_offset != expected:
+        message = "index not at the first 64 KiB boundary after the last payload"
+        raise field_error("SLAB_GAP", message, index_offset, expected, index_offset)
 
 
-def _first_nonzero(reader: Reader, start: int, end: int, what: str) -> None:
+def _first_nonzero(index: Index, start: int, end: int, what: str) -> None:
     if end <= start:
         return
-    nonzero = np.flatnonzero(reader._buf[start:end])
+    nonzero = np.flatnonzero(index.buf[start:end])
     if nonzero.size:
         at = start + int(nonzero[0])
-        raise error(
-            "NONZERO_PADDING",
-            f"non-zero byte in {what}",
-            offset=at,
-            expected=0,
-            found=f"0x{int(reader._buf[at]):02x}",
-        )
+        message = f"non-zero byte in {what}"
+        raise field_error("NONZERO_PADDING", message, at, 0, f"0x{int(index.buf[at]):02x}")
 
 
-def _check_padding(reader: Reader, infos: list[TensorInfo]) -> None:
+def _check_padding(index: Index, infos: list[TensorInfo]) -> None:
     """PAD-1 (header area), PAD-2 (slab gaps), PAD-3 (bucket table padding) [PAD-4]."""
-    _first_nonzero(reader, HEADER_SIZE, SLAB_OFFSET, "the header padding")
+    _first_nonzero(index, HEADER_SIZE, SLAB_OFFSET, "the header padding")
     for info in sorted((t for t in infos if t.length), key=lambda t: t.offset):
         end = info.offset + info.length
-        _first_nonzero(reader, end, align_up(end, ALIGNMENT), f"the padding after {info.name!r}")
+        _first_nonzero(index, end, align_up(end, ALIGNMENT), f"the padding after {info.name!r}")
     if not any(t.length for t in infos):
-        _first_nonzero(reader, SLAB_OFFSET, reader.header["index_offset"], "the empty slab")
-    table_end = reader._buckets_offset + 4 * len(reader._buckets)
-    _first_nonzero(reader, table_end, reader._entries_offset, "the bucket table padding")
+        _first_nonzero(index, SLAB_OFFSET, index.header["index_offset"], "the empty slab")
+    pad = index.geometry.bucket_padding
+    _first_nonzero(index, pad.offset, pad.end, "the bucket table padding")

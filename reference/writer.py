@@ -27,11 +27,11 @@ from numpy.typing import ArrayLike, NDArray
 from reference import rules
 from reference.errors import FormatError
 from reference.hashing import buckets_of, fnv1a_64_many
+from reference.layers import encode_linear
 from reference.metadata import encode_metadata
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
     ALIGNMENT,
-    INDEX_SECTION_ALIGN,
     MAGIC,
     MAX_BUCKET_LENGTH,
     MAX_NAME_LENGTH,
@@ -40,8 +40,9 @@ from spec.constants import (
     VERSION_MAJOR,
     VERSION_MINOR,
 )
+from spec.geometry import DIM_SIZE, entry_checksum, index_geometry
 from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME
-from spec.schema import ENTRY_CRC_OFFSET, ENTRY_DTYPE, Header, Trailer
+from spec.schema import ENTRY_DTYPE, TRAILER_SIZE, Header, Trailer
 
 #: Suffix of the temporary file a writer fills before it renames it into place.
 PARTIAL_SUFFIX = ".awq2-partial"
@@ -250,15 +251,16 @@ class Writer:
         return info
 
     def add_linear(self, prefix: str, **layer: Any) -> str:
-        """Store one quantised linear layer; see :func:`reference.layers.write_linear`.
+        """Store one quantised linear layer; see :func:`reference.layers.encode_linear`.
 
         Codes ``q``/``z`` or AutoAWQ ``qweight``/``qzeros``, plus ``scales``, ``bits``,
         ``group_size`` and an optional ``bias``.  Returns ``"MARLIN"`` or ``"AWQ"``, the
         layout family chosen by the shape rules [LAY-8].
         """
-        from reference.layers import write_linear
-
-        return write_linear(self, prefix, **layer)
+        family, stored = encode_linear(prefix, **layer)
+        for tensor in stored:
+            self.add(tensor.name, tensor.array, **tensor.fields)
+        return family
 
     def _check_name(self, name: str) -> bytes:
         if not isinstance(name, str):
@@ -341,7 +343,7 @@ class Writer:
             slab_offset=SLAB_OFFSET,
             index_offset=index_offset,
             index_length=len(index),
-            file_size=index_offset + len(index) + 32,
+            file_size=index_offset + len(index) + TRAILER_SIZE,
             tensor_count=len(self._names),
             dims_count=counts["dims"],
             names_length=counts["names"],
@@ -417,18 +419,29 @@ class Writer:
         dim_start = 0
         for i in range(count):  # [ENT-9]
             nd = int(ndims[i])
-            crc = crc32c(
-                raw_entries[i, :ENTRY_CRC_OFFSET].tobytes()
-                + names[i]
-                + dims_bytes[8 * dim_start : 8 * (dim_start + nd)].tobytes()
-            )
-            entries["entry_crc"][i] = crc
+            dims_i = dims_bytes[DIM_SIZE * dim_start : DIM_SIZE * (dim_start + nd)].tobytes()
+            entries["entry_crc"][i] = entry_checksum(raw_entries[i].tobytes(), names[i], dims_i)
             dim_start += nd
-        table_bytes = table.tobytes()
-        pad = bytes(align_up(len(table_bytes), INDEX_SECTION_ALIGN) - len(table_bytes))
-        index = b"".join(
-            (table_bytes, pad, entries.tobytes(), dims.tobytes(), b"".join(names), self._metadata)
+        geometry = index_geometry(
+            index_offset=0,
+            bucket_bits=bucket_bits,
+            tensor_count=count,
+            dims_count=len(dims),
+            names_length=int(lengths.sum()),
+            metadata_length=len(self._metadata),
         )
+        pad = bytes(geometry.bucket_padding.length)  # [PAD-3]
+        index = b"".join(
+            (
+                table.tobytes(),
+                pad,
+                entries.tobytes(),
+                dims.tobytes(),
+                b"".join(names),
+                self._metadata,
+            )
+        )
+        assert len(index) == geometry.length
         return index, {
             "dims": int(ndims.sum()),
             "names": int(lengths.sum()),

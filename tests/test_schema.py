@@ -123,16 +123,18 @@ def _agree(path: Path, reader: reference.Reader) -> None:
             assert parsed.header.header_crc == value
         else:
             assert header[key] == value, (path.name, key)
-    assert list(index.buckets) == reader._buckets.tolist()
-    assert len(index.entries) == len(reader._entries)
-    for built, fast in zip(index.entries, reader._entries):
+    fast_index = reader.index
+    assert list(index.buckets) == fast_index.buckets.tolist()
+    assert len(index.entries) == len(fast_index.entries)
+    for built, fast in zip(index.entries, fast_index.entries):
         for key in schema.ENTRY_FIELDS:
             assert built[key] == int(fast[key]), (path.name, key)
-    assert list(index.dims) == reader._dims.tolist()
+    assert list(index.dims) == fast_index.dims.tolist()
     assert parsed.trailer.fields.value.index_offset == header.index_offset
-    start = reader._metadata_offset
+    start = fast_index.geometry.metadata.offset
     assert index.metadata == data[start : start + header.metadata_length]
-    pool = data[reader._names_offset : reader._names_offset + header.names_length]
+    names_at = fast_index.geometry.names.offset
+    pool = data[names_at : names_at + header.names_length]
     assert index.names == pool
 
 
@@ -143,11 +145,11 @@ def test_construct_schema_and_fast_reader_agree(tmp_path: Path):
             _agree(path, reader)
             names = {
                 bytes(
-                    reader._buf[reader._names_offset + int(e["name_offset"]) :][
+                    reader.index.buf[reader.index.geometry.names.offset + int(e["name_offset"]) :][
                         : int(e["name_length"])
                     ]
                 ).decode()
-                for e in reader._entries
+                for e in reader.index.entries
             }
             assert names == set(reader.names())
             assert set(schema.File.parse(path.read_bytes()).header_padding) <= {0}
