@@ -1,6 +1,6 @@
-"""AWQ-v2 conformance suite: golden vectors, their manifest and generator, and a runner.
+"""AWQ-v2 conformance suite: the committed vectors and their manifest (``generate``), the
+runner that checks any loader against them (``python -m conformance.run``), the loader
+adapters (``adapters/``), and the malformed-file catalogue (``mutations``, ``surgery``).
 
-The vectors, the manifest and ``python -m conformance.run`` are specified in the
-project's issue tracker (conformance suite issue) and are not written yet; this
-package exists so that the installed distribution already has its final shape.
+What a loader adapter must do is on the site's conformance page (``docs/conformance/index.md``).
 """

@@ -9,6 +9,8 @@ The format itself is defined by the ``spec`` package and the published spec;
 this package cites requirement ids (``[HDR-4]``) instead of restating rules.
 """
 
+from importlib import metadata as _metadata
+
 from reference.errors import (
     ChecksumError,
     EntryError,
@@ -29,7 +31,10 @@ from reference.reader import Reader, open  # noqa: A004  (reference.open, like i
 from reference.rules import TensorInfo
 from reference.writer import Writer, WriterStateError, save
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("awq-v2")  # one source: pyproject.toml
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ChecksumError",

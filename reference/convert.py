@@ -40,10 +40,11 @@ from reference.reader import Reader
 from reference.v1 import V1Reader
 from reference.writer import Writer, encode_metadata, stale_partials
 from spec.algorithms import align_up, bucket_bits_for
-from spec.constants import ALIGNMENT, INDEX_SECTION_ALIGN, SLAB_OFFSET
+from spec.constants import ALIGNMENT, SLAB_OFFSET
+from spec.geometry import index_geometry
 from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
-from spec.schema import ENTRY_SIZE, TRAILER_SIZE
+from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
@@ -82,11 +83,18 @@ class Plan:
                 if length:
                     cursor = align_up(cursor + length, ALIGNMENT)
         count = self.tensor_count
-        table = align_up(4 * ((1 << bucket_bits_for(count)) + 1), INDEX_SECTION_ALIGN)
-        index = table + ENTRY_SIZE * count + 8 * dims + names + len(encode_metadata(self.metadata))
+        index = index_geometry(
+            index_offset=cursor,
+            bucket_bits=bucket_bits_for(count),
+            tensor_count=count,
+            dims_count=dims,
+            names_length=names,
+            metadata_length=len(encode_metadata(self.metadata)),
+        ).length
         total = cursor + index + TRAILER_SIZE
+        padding = total - payload - index - TRAILER_SIZE - HEADER_SIZE
         return {"file_size": total, "payload_bytes": payload, "index_bytes": index,
-                "padding_bytes": total - payload - index - TRAILER_SIZE - 128}  # fmt: skip
+                "padding_bytes": padding}  # fmt: skip
 
 
 def natural_key(name: str) -> list[Any]:
@@ -242,10 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m reference.convert",
         description="Convert an AWQ v1 (AutoAWQ GEMM) checkpoint to AWQ-v2. Layers are stored "
         "pre-swizzled in vLLM's Marlin layout; the conversion streams tensor by tensor, so its "
-        "own memory is about the largest tensor or layer plus the index, not the model "
-        "(measured on a 1B Llama shape, 766 MB: 158 MiB anonymous peak, the 131 MB embedding "
-        "being the largest tensor; the resident set also counts the mapped pages of the files "
-        "read, which the kernel can drop). The output is validated and every checksum "
+        "own memory is about the largest tensor or layer plus the index, not the model. "
+        "The output is validated and every checksum "
         "verified before it is renamed into place; a refused or interrupted conversion leaves "
         "nothing at DST.",
         epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error",

@@ -27,6 +27,7 @@ import numpy as np
 
 from reference.errors import FormatError, TensorNotFoundError
 from reference.reader import Reader
+from reference.source import TensorSource
 from reference.v1 import is_safetensors
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
@@ -75,7 +76,7 @@ def summary(reader: Reader, *, verified: bool) -> dict[str, Any]:
         "optional_flags": h["optional_flags"],
         "tensor_count": h["tensor_count"],
         "metadata": reader.metadata,
-        "tensors": [info.to_dict() for info in reader.entries()],
+        "tensors": tensor_table(reader),
     }
 
 
@@ -123,9 +124,14 @@ def _print_text(doc: dict[str, Any], out: TextIO) -> None:
         p("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[5])
 
 
-def _tensor_report(reader: Reader, name: str, out: TextIO) -> None:
-    info = reader.entry(name)
-    array = reader.tensor(name)
+def tensor_table(source: TensorSource) -> list[dict[str, Any]]:
+    """Every entry of any source (AWQ-v2 or AWQ v1), with the stable ``--json`` keys."""
+    return [info.to_dict() for info in source.entries()]
+
+
+def _tensor_report(source: TensorSource, name: str, out: TextIO) -> None:
+    info = source.entry(name)
+    array = source.view(info)
     print(f"tensor {escape(name)}: {json.dumps(info.to_dict(), ensure_ascii=True)}", file=out)
     if info.dtype == "BF16":
         values = (array.astype(np.uint32) << 16).view(np.float32)

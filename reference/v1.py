@@ -40,7 +40,8 @@ _ST_DTYPES = {
     "I32": "I32", "U64": "U64", "I64": "I64", "F16": "F16", "BF16": "BF16", "F32": "F32",
     "F64": "F64", "F8_E4M3": "F8_E4M3", "F8_E5M2": "F8_E5M2",
 }  # fmt: skip
-_MAX_ST_HEADER = 100 << 20  # safetensors' own cap on its JSON header
+#: safetensors' own cap on its JSON header (``MAX_HEADER_SIZE`` in safetensors/src/tensor.rs).
+_MAX_ST_HEADER = 100_000_000
 _ST_ITEMSIZE = {name: DTYPE_BY_NAME[name].itemsize for name in _ST_DTYPES}
 #: Read raw (as the registry's NumPy type), not through safetensors' NumPy backend, which
 #: has no bfloat16 or float8 type.

@@ -197,21 +197,31 @@ class Writer:
         rules.check_dims(len(shape), offset=0)
         if any(d < 0 for d in shape):
             raise ValueError(f"negative dimension in shape {shape}")
-        itemsize = DTYPE_BY_NAME[dtype].itemsize
-        length = rules.element_count(shape) * itemsize
+        length = rules.element_count(shape) * DTYPE_BY_NAME[dtype].itemsize
         offset = self._cursor
         # Entry rules the reader will apply [ENT-7]; the slab end is not known yet.
+        end = offset + length
+        code = DTYPE_BY_NAME[dtype].code
         rules.check_payload(
-            shape,
-            DTYPE_BY_NAME[dtype].code,
-            offset,
-            length,
-            slab_offset=SLAB_OFFSET,
-            slab_end=offset + length,
-            offset=0,
+            shape, code, offset, length, slab_offset=SLAB_OFFSET, slab_end=end, offset=0
         )
         rules.check_layout(spec_layout.code, dtype, shape, bits, group_size, k, n, offset=0)
+        crc = self._write_payload(name, chunks, offset, length)
+        if length:
+            self._cursor = align_up(offset + length, ALIGNMENT)  # [SLAB-5]
+        self._names.append(raw_name)
+        self._seen.add(raw_name)
+        self._shapes.append(shape)
+        codes = (DTYPE_BY_NAME[dtype].code, spec_layout.code)
+        self._records.append((offset, length, *codes, bits, group_size, k, n, crc))
+        info = rules.TensorInfo(name, dtype, shape, layout, offset, length, crc,
+                                bits, group_size, k, n)  # fmt: skip
+        if spec_layout.quantized:  # kept for the layer check at close [LAY-7]
+            self._quantized.append(info)
+        return info
 
+    def _write_payload(self, name: str, chunks: Iterable[Any], offset: int, length: int) -> int:
+        """Stream the chunks to ``offset``: exactly ``length`` bytes or an error; the CRC."""
         crc, written = 0, 0
         self._file.seek(offset)
         for chunk in chunks:
@@ -225,30 +235,7 @@ class Writer:
         if written != length:
             self._fail_payload(offset)
             raise ValueError(f"{name!r}: got {written} bytes, its shape needs {length}")
-        if length:
-            self._cursor = align_up(offset + length, ALIGNMENT)  # [SLAB-5]
-        self._names.append(raw_name)
-        self._seen.add(raw_name)
-        self._shapes.append(shape)
-        self._records.append(
-            (
-                offset,
-                length,
-                DTYPE_BY_NAME[dtype].code,
-                spec_layout.code,
-                bits,
-                group_size,
-                k,
-                n,
-                crc,
-            )
-        )
-        info = rules.TensorInfo(
-            name, dtype, shape, layout, offset, length, crc, bits, group_size, k, n
-        )
-        if spec_layout.quantized:  # kept for the layer check at close [LAY-7]
-            self._quantized.append(info)
-        return info
+        return crc
 
     def add_linear(self, prefix: str, **layer: Any) -> str:
         """Store one quantised linear layer; see :func:`reference.layers.encode_linear`.

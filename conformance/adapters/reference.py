@@ -2,7 +2,7 @@
 
 Usage: ``python -m conformance.adapters.reference FILE``.
 
-Protocol (docs/conformance.md): full validation and every checksum; on success exit 0
+Protocol (docs/conformance/index.md): full validation and every checksum; on success exit 0
 and print the adapter JSON document (``conformance/schema/adapter-output.schema.json``);
 on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "message": ...}}``.
 """
