@@ -40,7 +40,7 @@ from spec.constants import (
     VERSION_MAJOR,
     VERSION_MINOR,
 )
-from spec.geometry import DIM_SIZE, entry_checksum, index_geometry
+from spec.geometry import DIM_SIZE, entry_checksum, index_geometry, pack_dims
 from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME
 from spec.schema import ENTRY_DTYPE, TRAILER_SIZE, Header, Trailer
 
@@ -364,31 +364,54 @@ class Writer:
         _fsync_dir(self.path.parent)
 
     def _build_index(self) -> tuple[bytes, dict[str, int]]:
+        """The index region [IDX-2..8], and the header counts that describe it."""
         count = len(self._names)
-        bucket_bits = bucket_bits_for(count)
+        geometry = index_geometry(
+            index_offset=0,
+            bucket_bits=bucket_bits_for(count),
+            tensor_count=count,
+            dims_count=sum(len(shape) for shape in self._shapes),
+            names_length=sum(len(name) for name in self._names),
+            metadata_length=len(self._metadata),
+        )
+        hashes, order, table = self._bucket_table(geometry.bucket_slots)
+        entries, dims, names = self._entries(hashes, order)
+        sections = (table, bytes(geometry.bucket_padding.length), entries, dims, names)  # [PAD-3]
+        index = b"".join((*sections, self._metadata))
+        assert len(index) == geometry.length
+        counts = {"dims": geometry.dims.length // DIM_SIZE, "names": geometry.names.length}
+        return index, {**counts, "bucket_bits": bucket_bits_for(count)}
+
+    def _bucket_table(self, slots: int) -> tuple[NDArray[np.uint64], list[int], bytes]:
+        """Name hashes, the entry order (bucket, then name) and the bucket table [IDX-5, IDX-8]."""
+        count = len(self._names)
         lengths = np.fromiter((len(nm) for nm in self._names), dtype=np.int64, count=count)
         pool = np.frombuffer(b"".join(self._names), dtype=np.uint8)
         offsets = np.zeros(count, dtype=np.int64)
         np.cumsum(lengths[:-1], out=offsets[1:])
         hashes = fnv1a_64_many(pool, offsets.astype(np.uint64), lengths)
-        buckets = buckets_of(hashes, bucket_bits)
+        buckets = buckets_of(hashes, bucket_bits_for(count))
         bucket_list = buckets.tolist()
-        order = sorted(range(count), key=lambda i: (bucket_list[i], self._names[i]))  # [IDX-8]
-        per_bucket = np.bincount(buckets.astype(np.int64), minlength=1 << bucket_bits)
+        order = sorted(range(count), key=lambda i: (bucket_list[i], self._names[i]))
+        per_bucket = np.bincount(buckets.astype(np.int64), minlength=slots - 1)
         if count and per_bucket.max() > MAX_BUCKET_LENGTH:
             raise ValueError(
                 f"{per_bucket.max()} names share one hash bucket, over "
                 f"max_bucket_length {MAX_BUCKET_LENGTH} [LIM-6]"
             )
-        table = np.zeros((1 << bucket_bits) + 1, dtype="<u4")
+        table = np.zeros(slots, dtype="<u4")
         np.cumsum(per_bucket, out=table[1:])
+        return hashes, order, table.tobytes()
 
+    def _entries(self, hashes: NDArray[np.uint64], order: list[int]) -> tuple[bytes, bytes, bytes]:
+        """The entry records, dims and name pool, in index order [ENT-2, ENT-3, ENT-9]."""
+        count = len(order)
         entries = np.zeros(count, dtype=ENTRY_DTYPE)
         names = [self._names[i] for i in order]
         shapes = [self._shapes[i] for i in order]
         records = np.array([self._records[i] for i in order], dtype=np.int64).reshape(count, 9)
         ndims = np.fromiter((len(s) for s in shapes), dtype=np.int64, count=count)
-        name_lengths = lengths[order]
+        name_lengths = np.fromiter((len(nm) for nm in names), dtype=np.int64, count=count)
         entries["name_hash"] = hashes[order]
         entries["data_offset"] = records[:, 0]
         entries["data_length"] = records[:, 1]
@@ -402,38 +425,11 @@ class Writer:
         entries["ndim"] = ndims
         dims = np.array([d for s in shapes for d in s], dtype="<u8")
         raw_entries = entries.view(np.uint8).reshape(count, ENTRY_DTYPE.itemsize)
-        dims_bytes = dims.view(np.uint8)
-        dim_start = 0
-        for i in range(count):  # [ENT-9]
-            nd = int(ndims[i])
-            dims_i = dims_bytes[DIM_SIZE * dim_start : DIM_SIZE * (dim_start + nd)].tobytes()
-            entries["entry_crc"][i] = entry_checksum(raw_entries[i].tobytes(), names[i], dims_i)
-            dim_start += nd
-        geometry = index_geometry(
-            index_offset=0,
-            bucket_bits=bucket_bits,
-            tensor_count=count,
-            dims_count=len(dims),
-            names_length=int(lengths.sum()),
-            metadata_length=len(self._metadata),
-        )
-        pad = bytes(geometry.bucket_padding.length)  # [PAD-3]
-        index = b"".join(
-            (
-                table.tobytes(),
-                pad,
-                entries.tobytes(),
-                dims.tobytes(),
-                b"".join(names),
-                self._metadata,
+        for i, shape in enumerate(shapes):  # [ENT-9]
+            entries["entry_crc"][i] = entry_checksum(
+                raw_entries[i].tobytes(), names[i], pack_dims(shape)
             )
-        )
-        assert len(index) == geometry.length
-        return index, {
-            "dims": int(ndims.sum()),
-            "names": int(lengths.sum()),
-            "bucket_bits": bucket_bits,
-        }
+        return entries.tobytes(), dims.tobytes(), b"".join(names)
 
 
 def _fsync_dir(folder: Path) -> None:
