@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference import codec
-from reference.errors import error
+from reference.errors import field_error
 from reference.rules import TensorInfo, check_layers
 from reference.source import TensorSource
 from spec.marlin import marlin_shape_ok
@@ -176,12 +176,12 @@ def read_linear(
 def _info(reader: TensorSource, name: str) -> TensorInfo:
     info = reader.entry(name)
     if info.layout == "DENSE":
-        raise error(
+        raise field_error(
             "BAD_QUANT_FIELDS",
             f"{name!r} is not a quantised entry",
-            offset=info.offset,
-            expected="an AWQ_* or MARLIN_* layout",
-            found=info.layout,
+            info.offset,
+            "an AWQ_* or MARLIN_* layout",
+            info.layout,
         )
     return info
 

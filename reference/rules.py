@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reference.errors import error
+from reference.errors import error, field_error
 from spec.constants import ALIGNMENT, MAX_DIMS, U64_MAX
 from spec.marlin import GEMM_MIN_K, MARLIN_GROUP_SIZES, QUANT_BITS, TILE_K, TILE_N, pack_factor
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE, LAYOUT_BY_NAME, SCALE_DTYPES
@@ -88,13 +88,7 @@ def extent_fits(shape: tuple[int, ...], itemsize: int) -> bool:
 def check_dims(ndim: int, *, offset: int) -> None:
     """ndim within the limit [LIM-4], before the dims are read."""
     if ndim > MAX_DIMS:
-        raise error(
-            "LIMIT_DIMS",
-            "too many dimensions",
-            offset=offset,
-            expected=f"ndim <= {MAX_DIMS}",
-            found=ndim,
-        )
+        raise field_error("LIMIT_DIMS", "too many dimensions", offset, f"ndim <= {MAX_DIMS}", ndim)
 
 
 def check_payload(
@@ -113,53 +107,49 @@ def check_payload(
     """
     dtype = DTYPE_BY_CODE.get(dtype_code)
     if dtype is None:
-        raise error(
-            "BAD_DTYPE",
-            "unknown dtype code",
-            offset=offset,
-            expected=f"one of {sorted(DTYPE_BY_CODE)}",
-            found=dtype_code,
+        raise field_error(
+            "BAD_DTYPE", "unknown dtype code", offset, f"one of {sorted(DTYPE_BY_CODE)}", dtype_code
         )
     nbytes = element_count(shape) * dtype.itemsize  # Python int: cannot overflow [ENT-5]
     if nbytes > U64_MAX:
-        raise error(
+        raise field_error(
             "BAD_SHAPE",
             "shape x itemsize does not fit in 64 bits",
-            offset=offset,
-            expected="< 2**64",
-            found=f"{shape} x {dtype.itemsize}",
+            offset,
+            "< 2**64",
+            f"{shape} x {dtype.itemsize}",
         )
     if not extent_fits(shape, dtype.itemsize):
-        raise error(
+        raise field_error(
             "BAD_SHAPE",
             "non-zero dimensions x itemsize do not fit in a signed 64-bit size",
-            offset=offset,
-            expected="< 2**63",
-            found=f"{shape} x {dtype.itemsize}",
+            offset,
+            "< 2**63",
+            f"{shape} x {dtype.itemsize}",
         )
     if data_length != nbytes:
-        raise error(
+        raise field_error(
             "BAD_LENGTH",
             "data_length is not product(shape) x itemsize",
-            offset=offset,
-            expected=nbytes,
-            found=data_length,
+            offset,
+            nbytes,
+            data_length,
         )
     if data_offset % ALIGNMENT:
-        raise error(
+        raise field_error(
             "MISALIGNED_OFFSET",
             "payload offset not 64 KiB aligned",
-            offset=offset,
-            expected=f"multiple of {ALIGNMENT}",
-            found=data_offset,
+            offset,
+            f"multiple of {ALIGNMENT}",
+            data_offset,
         )
     if data_offset < slab_offset or data_offset + data_length > slab_end:
-        raise error(
+        raise field_error(
             "OUT_OF_BOUNDS",
             "payload outside the slab",
-            offset=offset,
-            expected=f"[{slab_offset}, {slab_end})",
-            found=f"[{data_offset}, {data_offset + data_length})",
+            offset,
+            f"[{slab_offset}, {slab_end})",
+            f"[{data_offset}, {data_offset + data_length})",
         )
     return dtype.name
 
@@ -197,21 +187,21 @@ def check_layout(
     """
     layout = LAYOUT_BY_CODE.get(layout_code)
     if layout is None or layout.reserved:
-        raise error(
+        raise field_error(
             "BAD_LAYOUT",
             "unknown or reserved layout code",
-            offset=offset,
-            expected="a non-reserved layout code",
-            found=layout_code,
+            offset,
+            "a non-reserved layout code",
+            layout_code,
         )
     if not layout.quantized:
         if bits or group_size or k or n:
-            raise error(
+            raise field_error(
                 "BAD_QUANT_FIELDS",
                 "DENSE entry with quantisation fields set",
-                offset=offset,
-                expected="bits = group_size = k = n = 0",
-                found=f"bits={bits} group_size={group_size} k={k} n={n}",
+                offset,
+                "bits = group_size = k = n = 0",
+                f"bits={bits} group_size={group_size} k={k} n={n}",
             )
         return layout.name
 
@@ -263,33 +253,32 @@ def check_layers(infos: Sequence[TensorInfo], offset_of: Callable[[int], int]) -
         family = info.layout.split("_", 1)[0]
         prefix, dot, role = info.name.rpartition(".")
         if not dot or role != layout.role:
-            raise error(
+            raise field_error(
                 "BAD_QUANT_FIELDS",
                 f"{info.name!r} has layout {info.layout} but is not named <prefix>.{layout.role}",
-                offset=offset_of(i),
-                expected=f"<prefix>.{layout.role}",
-                found=info.name,
+                offset_of(i),
+                f"<prefix>.{layout.role}",
+                info.name,
             )
         for part in ("qweight", "scales", "qzeros"):
             found = by_name.get(f"{prefix}.{part}")
             want = f"{family}_{part.upper()}"
             if found is None:
-                raise error(
+                raise field_error(
                     "BAD_QUANT_FIELDS",
                     f"{info.name!r} belongs to a layer without {prefix}.{part}",
-                    offset=offset_of(i),
-                    expected=f"an entry {prefix}.{part} with layout {want}",
-                    found="none",
+                    offset_of(i),
+                    f"an entry {prefix}.{part} with layout {want}",
+                    "none",
                 )
             j, other = found
             fields = (other.k, other.n, other.bits, other.group_size)
             if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
-                raise error(
+                raise field_error(
                     "BAD_QUANT_FIELDS",
                     f"{prefix}.{part} disagrees with {info.name!r}",
-                    offset=offset_of(j),
-                    expected=f"{want} k={info.k} n={info.n} bits={info.bits} "
-                    f"group_size={info.group_size}",
-                    found=f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
+                    offset_of(j),
+                    f"{want} k={info.k} n={info.n} bits={info.bits} group_size={info.group_size}",
+                    f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
                     f"group_size={other.group_size}",
                 )

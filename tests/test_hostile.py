@@ -94,6 +94,7 @@ def test_every_header_and_trailer_bit_flip_is_rejected(tmp_path):
         reader.verify()
 
 
+@pytest.mark.slow
 def test_every_index_bit_flip_is_rejected_by_validation(tmp_path):
     """IDX-4: every bit of the index region (bucket table, entries, dims, names, metadata)
     is under the index checksum, the first thing validation checks."""
@@ -132,6 +133,7 @@ def _payload_bits(data: bytes, window: int | None) -> list[range]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("base", "window"),
     [("sample", 64), ("y_all_dtypes", None)],
@@ -519,6 +521,7 @@ def _leftovers(dest: Path) -> list[Path]:
 WRITER_KILLS, CONVERTER_KILLS = 40, 12  # SIGKILLs that land while the process runs
 
 
+@pytest.mark.slow
 def test_writer_killed_at_random_points_never_publishes_a_partial_file(tmp_path):
     """WR-2: reference.save of 4 MiB in a child process, SIGKILLed at a random moment until
     40 kills have landed before it finished (half of the rounds over an older file at the
@@ -561,6 +564,7 @@ def test_writer_killed_at_random_points_never_publishes_a_partial_file(tmp_path)
         leftover.unlink()
 
 
+@pytest.mark.slow
 def test_converter_killed_at_random_points_never_publishes_and_the_next_run_cleans_up(tmp_path):
     """V1-5, WR-2: ``python -m reference.convert`` SIGKILLed at a random moment after it
     started writing, until 12 kills have landed: the destination is absent or the complete

@@ -139,6 +139,7 @@ def reader_names(data: bytes, tmp_path: Path) -> list[str]:
         return reader.names()
 
 
+@pytest.mark.slow
 def test_flipping_any_header_or_index_byte_makes_dump_fail_cleanly(sample_bytes, tmp_path, capsys):
     """Every byte of the header, the index and the trailer is covered by a check (issue 2)."""
     ed = FileEditor(sample_bytes)

@@ -218,6 +218,7 @@ def test_single_safetensors_file_opens_as_v1(checkpoint):
         assert f.dequantize("model.layers.0.mlp.up_proj").shape == (256, 512)
 
 
+@pytest.mark.slow
 def test_interrupted_conversion_leaves_no_destination(tmp_path):
     """V1-5, WR-2: kill the converter mid-write; DST never appears; the next run cleans up."""
     src = write_checkpoint(tmp_path / "big", LlamaShape(hidden_size=1024, intermediate_size=4096,
