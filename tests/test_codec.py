@@ -1,4 +1,4 @@
-"""Tests of reference/codec.py: round trips, the MARLIN.md check value, a slow loop reference,
+"""Tests of reference/codec.py: round trips, the codec chapter's check value, a slow loop reference,
 vLLM golden hashes, tensor-parallel shards and the error rules."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_out_parameter_writes_in_place() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The MARLIN.md check value and the slow loop reference.
+# The codec chapter's check value (docs/spec/codec.md) and the slow loop reference.
 
 
 def test_marlin_check_value_first_word() -> None:

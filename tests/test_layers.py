@@ -151,7 +151,7 @@ def test_tp_shards_equal_swizzling_the_shard(tmp_path, parallel, k, n, group_siz
 
 
 def test_tp_edge_case_k_shard_equals_group_size(tmp_path):
-    """MARLIN.md: TP=8, k=1024, g=128 -> k_shard == group_size switches to the channelwise map."""
+    """Codec chapter, tensor parallelism: TP=8, k=1024, g=128 -> k_shard == group_size switches to the channelwise map."""
     rng = np.random.default_rng(11)
     q, z, s = make_layer(rng, 1024, 128, 4, 128)
     with reference.Writer(tmp_path / "e.awq2") as w:

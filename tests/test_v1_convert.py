@@ -22,7 +22,7 @@ from reference.v1 import V1Reader
 from reference.writer import PARTIAL_SUFFIX, stale_partials
 
 ROOT = Path(__file__).resolve().parent.parent
-AWQ_ORDER_4BIT = [0, 2, 4, 6, 1, 3, 5, 7]  # MARLIN.md, "AWQ v1"
+AWQ_ORDER_4BIT = [0, 2, 4, 6, 1, 3, 5, 7]  # docs/spec/codec.md, "AWQ v1"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def converted(checkpoint, tmp_path_factory) -> Path:
 
 
 def test_example_is_written_as_autoawq_writes_it(checkpoint):
-    """Names, dtypes, config keys, and the packing of MARLIN.md's AWQ v1 section, bit by bit."""
+    """Names, dtypes, config keys, and the AWQ v1 packing of the codec chapter, bit by bit."""
     config = json.loads((checkpoint / "config.json").read_text())
     q = config["quantization_config"]
     assert q == {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
