@@ -29,14 +29,15 @@ import numpy as np
 
 from conformance.mutations import Mutation, dims_at
 from conformance.surgery import FileEditor
+from spec.geometry import DIM_SIZE, pack_dims
 
 
 def _set_dim(name: str, j: int, value: int) -> Callable[[FileEditor], object]:
     """Set dimension ``j`` of the entry called ``name`` (its length is not changed)."""
 
     def edit(ed: FileEditor) -> object:
-        at = dims_at(ed, ed.entry_of(name)) + 8 * j
-        return ed.set_bytes(at, value.to_bytes(8, "little")).refresh()
+        at = dims_at(ed, ed.entry_of(name)) + DIM_SIZE * j
+        return ed.set_bytes(at, pack_dims([value])).refresh()
 
     return edit
 
