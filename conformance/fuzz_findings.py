@@ -1,5 +1,9 @@
 # ruff: noqa: E501  (one finding per line, like conformance/mutations.py)
-"""Inputs that ``bench/fuzz.py`` found crashing the reference reader, kept as vectors.
+"""Inputs that the fuzzer found crashing the reference reader, kept as vectors.
+
+The fuzzer is ``python -m tools.fuzz`` (``tools/fuzz/``); the findings below name the single
+file it was when they were found, ``bench/fuzz.py``, with the seed and input numbers of
+that run.
 
 Every input the fuzzer ever finds that makes the reader raise anything but ``FormatError``
 (or ``KeyError`` for an absent name) is reduced to the smallest edit that still triggers
