@@ -42,8 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import reference
 from spec.algorithms import align_up, bucket_bits_for
-from spec.constants import ALIGNMENT, INDEX_SECTION_ALIGN, SLAB_OFFSET
-from spec.schema import ENTRY_SIZE, TRAILER_SIZE
+from spec.constants import ALIGNMENT, SLAB_OFFSET
+from spec.geometry import index_geometry
+from spec.schema import TRAILER_SIZE
 
 DEFAULT_COUNTS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_COUNTS = (1_000, 10_000)
@@ -195,11 +196,14 @@ class Layout:
 
 def awq2_index_bytes(specs: Sequence[Spec]) -> int:
     """Bucket table, entries, dims and name pool of the AWQ-v2 index (no metadata)."""
-    slots = (1 << bucket_bits_for(len(specs))) + 1
-    table = align_up(4 * slots, INDEX_SECTION_ALIGN)
-    dims = 8 * sum(len(s.shape) for s in specs)
-    names = sum(len(s.name.encode()) for s in specs)
-    return table + ENTRY_SIZE * len(specs) + dims + names
+    return index_geometry(
+        index_offset=0,
+        bucket_bits=bucket_bits_for(len(specs)),
+        tensor_count=len(specs),
+        dims_count=sum(len(s.shape) for s in specs),
+        names_length=sum(len(s.name.encode()) for s in specs),
+        metadata_length=0,
+    ).length
 
 
 def awq2_layout(specs: Sequence[Spec]) -> Layout:

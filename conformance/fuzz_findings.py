@@ -1,5 +1,9 @@
 # ruff: noqa: E501  (one finding per line, like conformance/mutations.py)
-"""Inputs that ``bench/fuzz.py`` found crashing the reference reader, kept as vectors.
+"""Inputs that the fuzzer found crashing the reference reader, kept as vectors.
+
+The fuzzer is ``python -m tools.fuzz`` (``tools/fuzz/``); the findings below name the single
+file it was when they were found, ``bench/fuzz.py``, with the seed and input numbers of
+that run.
 
 Every input the fuzzer ever finds that makes the reader raise anything but ``FormatError``
 (or ``KeyError`` for an absent name) is reduced to the smallest edit that still triggers
@@ -29,14 +33,15 @@ import numpy as np
 
 from conformance.mutations import Mutation, dims_at
 from conformance.surgery import FileEditor
+from spec.geometry import DIM_SIZE, pack_dims
 
 
 def _set_dim(name: str, j: int, value: int) -> Callable[[FileEditor], object]:
     """Set dimension ``j`` of the entry called ``name`` (its length is not changed)."""
 
     def edit(ed: FileEditor) -> object:
-        at = dims_at(ed, ed.entry_of(name)) + 8 * j
-        return ed.set_bytes(at, value.to_bytes(8, "little")).refresh()
+        at = dims_at(ed, ed.entry_of(name)) + DIM_SIZE * j
+        return ed.set_bytes(at, pack_dims([value])).refresh()
 
     return edit
 

@@ -2,11 +2,13 @@
 
 Deterministic: fixed seeds, fixed order, no timestamps, so the committed files in
 ``conformance/vectors/`` and ``conformance/manifest.json`` are exactly what this
-produces (a test checks it).  Three classes, JSONTestSuite style:
+produces (a test checks it, and so does ``python -m tools.regen --check``).  Three
+classes, JSONTestSuite style:
 
 * ``y_*`` must be accepted, and the loader must report the expected content;
 * ``n_*`` must be rejected, with the expected error code (``n_fuzz_*``: inputs that
-  ``bench/fuzz.py`` found crashing the reference reader, from ``conformance.fuzz_findings``);
+  the fuzzer (``python -m tools.fuzz``, formerly ``bench/fuzz.py``) found crashing the
+  reference reader, from ``conformance.fuzz_findings``);
 * ``i_*`` either: accepted with the expected content, or rejected with one of the
   listed codes (the spec leaves support optional).
 
@@ -487,6 +489,7 @@ def reject_vectors() -> list[Vector]:
             f"n_{m.id}",
             "reject",
             tuple(dict.fromkeys((*m.requirements, *stage[m.level], "RD-3"))),
+            # the committed manifest's words, kept: the fuzzer was bench/fuzz.py then
             m.description + (" (found by bench/fuzz.py)" if m in FUZZ_FINDINGS else ""),
             mutated(m, bases[m.base]),
             error_code=m.code,
@@ -526,19 +529,24 @@ def manifest(vectors: list[Vector]) -> dict[str, Any]:
     return {"manifest_version": MANIFEST_VERSION, "format_version": "2.0", "vectors": entries}
 
 
+def files(vectors: list[Vector]) -> dict[str, bytes]:
+    """Every file of the suite, by its path under the output folder, with its bytes: one
+    ``vectors/<id>.awq2`` per vector, then ``manifest.json``."""
+    out = {f"vectors/{v.id}.awq2": v.data for v in vectors}
+    text = json.dumps(manifest(vectors), indent=1, ensure_ascii=False) + "\n"
+    out["manifest.json"] = text.encode("utf-8")
+    return out
+
+
 def write_all(out: Path) -> dict[str, Any]:
     vectors = all_vectors()
     (out / "vectors").mkdir(parents=True, exist_ok=True)
     for stale in (out / "vectors").glob("*.awq2"):
         if stale.stem not in {v.id for v in vectors}:
             stale.unlink()
-    for v in vectors:
-        (out / "vectors" / f"{v.id}.awq2").write_bytes(v.data)
-    doc = manifest(vectors)
-    (out / "manifest.json").write_text(
-        json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    return doc
+    for name, data in files(vectors).items():
+        (out / name).write_bytes(data)
+    return manifest(vectors)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 from conformance.surgery import FileEditor
 from spec.algorithms import bucket_of, fnv1a_64
 from spec.constants import MAX_METADATA_LENGTH, MAX_TENSORS, SLAB_OFFSET
+from spec.geometry import pack_dims
 from spec.registry import LAYOUT_BY_NAME
 from spec.schema import ENTRY_SIZE, HEADER_SIZE
 
@@ -59,12 +60,13 @@ def last_entry(ed: FileEditor) -> int:
 
 
 def dims_at(ed: FileEditor, i: int) -> int:
-    return ed.dims_offset + 8 * int(ed.entries()[i]["dims_index"])
+    return ed.geometry.dim_offset(int(ed.entries()[i]["dims_index"]))
 
 
 def bucket_table(ed: FileEditor) -> np.ndarray:
     """Writable view of the bucket table."""
-    return np.frombuffer(ed.data, "<u4", (1 << ed.h("bucket_bits")) + 1, ed.buckets_offset)
+    geo = ed.geometry
+    return np.frombuffer(ed.data, "<u4", geo.bucket_slots, geo.buckets.offset)
 
 
 # ----------------------------------------------------------------------------- edits
@@ -103,7 +105,7 @@ def _one_long_bucket(ed: FileEditor) -> None:
 
 
 def _shape_overflow(ed: FileEditor) -> None:
-    ed.set_bytes(dims_at(ed, biggest(ed)), (1 << 63).to_bytes(8, "little")).refresh()
+    ed.set_bytes(dims_at(ed, biggest(ed)), pack_dims([1 << 63])).refresh()
 
 
 def _hidden_payload(ed: FileEditor) -> None:

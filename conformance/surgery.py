@@ -3,7 +3,8 @@
 A :class:`FileEditor` changes one field of a valid file and then (by default)
 recomputes every checksum that covers it, so the file breaks exactly the rule
 under test and no other check fires first.  It depends on ``spec`` only: the
-field offsets come from the construct schema.
+field offsets come from the construct schema, the index sections' offsets and the entry
+checksum's coverage from :mod:`spec.geometry`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from spec.algorithms import align_up, crc32c
-from spec.constants import INDEX_SECTION_ALIGN
+from spec.algorithms import crc32c
+from spec.geometry import IndexGeometry, entry_checksum, geometry_of
 from spec.schema import (
-    ENTRY_CRC_OFFSET,
     ENTRY_DTYPE,
-    ENTRY_SIZE,
     HEADER_CRC_OFFSET,
     HEADER_DTYPE,
     TRAILER_CRC_OFFSET,
@@ -42,6 +41,12 @@ class FileEditor:
         return int(self.header[field])
 
     @property
+    def geometry(self) -> IndexGeometry:
+        """The index sections where the header (as it is now) puts them [IDX-2, IDX-3]."""
+        header = self.header
+        return geometry_of({name: header[name] for name in HEADER_DTYPE.names or ()})
+
+    @property
     def trailer_offset(self) -> int:
         return len(self.data) - TRAILER_SIZE
 
@@ -55,27 +60,26 @@ class FileEditor:
 
     @property
     def entries_offset(self) -> int:
-        slots = (1 << self.h("bucket_bits")) + 1
-        return self.index_offset + align_up(4 * slots, INDEX_SECTION_ALIGN)
+        return self.geometry.entries.offset
 
     @property
     def dims_offset(self) -> int:
-        return self.entries_offset + ENTRY_SIZE * self.h("tensor_count")
+        return self.geometry.dims.offset
 
     @property
     def names_offset(self) -> int:
-        return self.dims_offset + 8 * self.h("dims_count")
+        return self.geometry.names.offset
 
     @property
     def metadata_offset(self) -> int:
-        return self.names_offset + self.h("names_length")
+        return self.geometry.metadata.offset
 
     def entries(self) -> Any:
         """Writable structured view of the entry array."""
         return np.frombuffer(self.data, ENTRY_DTYPE, self.h("tensor_count"), self.entries_offset)
 
     def entry_offset(self, i: int) -> int:
-        return self.entries_offset + ENTRY_SIZE * i
+        return self.geometry.entry_offset(i)
 
     def entry_of(self, name: str) -> int:
         """Position of the entry called ``name``."""
@@ -167,15 +171,23 @@ class FileEditor:
         self.set_trailer(trailer_crc=crc32c(bytes(self.data[start : start + TRAILER_CRC_OFFSET])))
         return self
 
+    def refresh_entry_crc(self, i: int, geometry: IndexGeometry | None = None) -> FileEditor:
+        """Recompute entry ``i``'s ``entry_crc`` over its record, name and dims [ENT-9]."""
+        geo = geometry or self.geometry
+        e = self.entries()[i]
+        at = geo.entry_offset(i)
+        name_start = geo.names.offset + int(e["name_offset"])
+        name = bytes(self.data[name_start : name_start + int(e["name_length"])])
+        dims_start = geo.dim_offset(int(e["dims_index"]))
+        dims = bytes(self.data[dims_start : geo.dim_offset(int(e["dims_index"]) + int(e["ndim"]))])
+        record = bytes(self.data[at : geo.entry_offset(i + 1)])
+        e["entry_crc"] = entry_checksum(record, name, dims)
+        return self
+
     def _refresh_entries(self) -> None:
-        for i, e in enumerate(self.entries()):
-            at = self.entry_offset(i)
-            name_start = self.names_offset + int(e["name_offset"])
-            name = bytes(self.data[name_start : name_start + int(e["name_length"])])
-            dims_start = self.dims_offset + 8 * int(e["dims_index"])
-            dims = bytes(self.data[dims_start : dims_start + 8 * int(e["ndim"])])
-            crc = crc32c(bytes(self.data[at : at + ENTRY_CRC_OFFSET]) + name + dims)
-            self.entries()[i]["entry_crc"] = crc
+        geo = self.geometry
+        for i in range(len(self.entries())):
+            self.refresh_entry_crc(i, geo)
 
     def bytes(self) -> bytes:
         return bytes(self.data)

@@ -1,4 +1,4 @@
-"""Tests of spec/codec_tables.py: the codec chapter holds exactly the generator's output, and the
+"""Tests of tools/codec_tables.py: the codec chapter holds exactly the generator's output, and the
 generator's formulas agree with the reference codec (reference/codec.py) position by position."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reference import codec
-from spec import codec_tables as ct
+from tools import codec_tables as ct
 
 CHAPTER = Path(__file__).resolve().parents[1] / "docs" / "spec" / "codec.md"
 
@@ -24,8 +24,7 @@ def test_chapter_regions_equal_generator_output() -> None:
     assert set(found) == set(ct.REGIONS), "codec.md has missing or unknown generated regions"
     for name in ct.REGIONS:
         assert found[name] == ct.region(name), (
-            f"region {name} of {CHAPTER} is stale: run python -m spec.codec_tables --write "
-            f"docs/spec/codec.md"
+            f"region {name} of {CHAPTER} is stale: run python -m tools.regen"
         )
     assert ct.stale_regions(text) == []
     assert ct.render(text) == text

@@ -1,6 +1,6 @@
 """The spec pages are what the generator makes of the spec, and every requirement id is sound.
 
-* the generated regions of docs/ are fresh (``python -m spec.docgen --check`` would pass);
+* the generated regions of docs/ are fresh (``python -m tools.docgen --check`` would pass);
 * every requirement of :data:`spec.requirements.REQUIREMENTS` is rendered exactly once, as an
   anchor, in ``docs/spec/format.md``;
 * every id cited by the error registry or in ``[XXX-n]`` citations of ``spec/*.py`` and
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from spec import docgen
 from spec.registry import ERROR_CODES
 from spec.requirements import REQUIREMENT_BY_ID, REQUIREMENTS
+from tools import docgen
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT_MD = ROOT / "docs" / "spec" / "format.md"
@@ -46,7 +46,7 @@ PREFIXES = {ID_RE.match(r.id).group("prefix") for r in REQUIREMENTS}  # type: ig
 
 def test_generated_regions_are_fresh() -> None:
     stale = docgen.stale_files(docgen.doc_files())
-    assert not stale, f"stale generated regions in {stale}: run python -m spec.docgen"
+    assert not stale, f"stale generated regions in {stale}: run python -m tools.regen"
 
 
 def test_generator_is_deterministic() -> None:
@@ -116,7 +116,7 @@ def test_requirement_list_quotes_statements_with_links_not_anchors() -> None:
 
 
 def test_docgen_imports_only_spec() -> None:
-    tree = ast.parse((ROOT / "spec" / "docgen.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "tools" / "docgen.py").read_text(encoding="utf-8"))
     modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -190,7 +190,7 @@ def test_error_registry_cites_existing_requirements() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    sorted([*ROOT.glob("spec/*.py"), *ROOT.glob("reference/*.py")]),
+    sorted([*ROOT.glob("spec/*.py"), *ROOT.glob("reference/*.py"), *ROOT.glob("tools/**/*.py")]),
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_code_cites_existing_requirements(path: Path) -> None:

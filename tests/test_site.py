@@ -1,6 +1,6 @@
 """The site: generated parts fresh, examples that run, a nav that names every page.
 
-* ``python -m conformance.sitegen --check`` would pass (vector catalogue, CLI reference,
+* ``python -m tools.sitegen --check`` would pass (vector catalogue, CLI reference,
   byte-by-byte walkthrough, byte map);
 * every Python block of ``docs/reference/index.md`` runs, in order, in an empty folder;
 * the shell adapter of ``docs/conformance/index.md`` passes vectors through the runner;
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import sitegen
-from spec import docgen
+from tools import docgen, sitegen
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -39,7 +38,7 @@ def _blocks(page: Path, lang: str) -> list[str]:
 
 def test_generated_site_parts_are_fresh() -> None:
     stale = [p.relative_to(ROOT).as_posix() for p in sitegen.stale()]
-    assert stale == [], f"stale: {stale}; run python -m conformance.sitegen"
+    assert stale == [], f"stale: {stale}; run python -m tools.regen"
 
 
 def test_sitegen_check_mode_exit_status() -> None:
@@ -90,6 +89,14 @@ def test_spec_imports_neither_reference_nor_conformance() -> None:
     for path in (ROOT / "spec").glob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"^\s*(from|import) (reference|conformance)\b", text, re.M), path
+
+
+def test_no_package_imports_the_tools() -> None:
+    """The arrows end at tools/: the installed packages never import the generators."""
+    for package in ("spec", "reference", "conformance"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            assert not re.search(r"^\s*(from|import) tools\b", text, re.M), path
 
 
 # ------------------------------------------------------------------------------ examples

@@ -1,8 +1,8 @@
-"""Site parts generated from the reference and the suite: ``python -m conformance.sitegen``.
+"""Site parts generated from the reference and the suite: ``python -m tools.sitegen``.
 
-The spec's own tables come from :mod:`spec.docgen` and :mod:`spec.codec_tables`, which may
-import only ``spec``.  What is generated here needs more, so it lives at the top of the
-dependency chain (``spec`` <- ``reference`` <- ``conformance``):
+The spec's own tables come from :mod:`tools.docgen` and :mod:`tools.codec_tables`, which
+import only ``spec``.  What is generated here needs the reference and the suite as well
+(``spec`` <- ``reference`` <- ``conformance`` <- ``tools``):
 
 ``site-vectors``
     the vector catalogue, from ``conformance/manifest.json``;
@@ -13,12 +13,13 @@ dependency chain (``spec`` <- ``reference`` <- ``conformance``):
     a real vector, byte by byte: hex dumps of every region, each field annotated from the
     construct schema (:mod:`spec.schema`), and every checksum recomputed.
 
-Regions use the markers of :mod:`spec.docgen` (``<!-- BEGIN GENERATED: site-... -->`` ...
+Regions use the markers of :mod:`tools.docgen` (``<!-- BEGIN GENERATED: site-... -->`` ...
 ``<!-- END GENERATED -->``); docgen leaves ``site-*`` regions alone.  The byte-map picture
 ``docs/assets/file-map.svg`` is generated whole.
 
-``python -m conformance.sitegen`` rewrites what is stale; ``--check`` writes nothing and exits 1,
-naming each stale file.  ``tests/test_site.py`` runs the check.  The output depends only on the
+``python -m tools.sitegen`` rewrites what is stale; ``--check`` writes nothing and exits 1,
+naming each stale file (``python -m tools.regen`` runs it with every other generator).
+``tests/test_site.py`` runs the check.  The output depends only on the
 repository, so it is the same on every machine.
 """
 
@@ -35,14 +36,16 @@ from html import escape as html_escape
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from reference.dump import hexdump
 from spec import schema
-from spec.algorithms import align_up, bucket_of, crc32c, fnv1a_64
-from spec.constants import ALIGNMENT, INDEX_SECTION_ALIGN, SLAB_OFFSET
+from spec.algorithms import bucket_of, crc32c, fnv1a_64
+from spec.constants import ALIGNMENT, SLAB_OFFSET
+from spec.geometry import entry_checksum, geometry_of, pack_dims
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE
+from tools import DOCS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
 MANIFEST = ROOT / "conformance" / "manifest.json"
 FILE_MAP_SVG = DOCS / "assets" / "file-map.svg"
 #: The vector the walkthrough explains: one small tensor and a metadata document.
@@ -256,13 +259,13 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
         schema.TRAILER_SIZE,
         schema.ENTRY_SIZE,
     )
-    table = 4 * ((1 << bits) + 1)
-    entries_at = index_offset + align_up(table, INDEX_SECTION_ALIGN)
-    dims_at = entries_at + entry_size * count
-    names_at = dims_at + 8 * dims_count
-    meta_at = names_at + names_length
+    fields = np.frombuffer(data, schema.HEADER_DTYPE, 1)[0]
+    geo = geometry_of({name: fields[name] for name in schema.HEADER_DTYPE.names or ()})
+    table = geo.buckets.length
+    entries_at, dims_at = geo.entries.offset, geo.dims.offset
+    names_at, meta_at = geo.names.offset, geo.metadata.offset
     trailer_at = size - trailer_size
-    entry = data[entries_at : entries_at + entry_size]
+    entry = data[geo.entry_offset(0) : geo.entry_offset(1)]
     e = {row["name"]: row for row in schema.field_table(schema.Entry)}
 
     def ef(name: str) -> int:
@@ -273,7 +276,7 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
     data_offset, data_length = ef("data_offset"), ef("data_length")
     name = data[names_at + ef("name_offset") : names_at + ef("name_offset") + ef("name_length")]
     ndim, dims_index = ef("ndim"), ef("dims_index")
-    dims = [_u(data, dims_at + 8 * (dims_index + i)) for i in range(ndim)]
+    dims = [_u(data, geo.dim_offset(dims_index + i)) for i in range(ndim)]
     dtype = DTYPE_BY_CODE[ef("dtype")]
     payload = data[data_offset : data_offset + data_length]
     metadata = data[meta_at : meta_at + meta_length]
@@ -290,12 +293,12 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
         ("zero padding", header_size, SLAB_OFFSET - header_size, "padding"),
         (f"payload of `{name.decode()}`", data_offset, data_length, "slab"),
         ("zero padding", data_offset + data_length, len(slab_pad), "padding"),
-        ("bucket table", index_offset, table, "bucket-table"),
-        ("padding", index_offset + table, entries_at - index_offset - table, "index"),
-        ("entries", entries_at, entry_size * count, "entries"),
-        ("dims", dims_at, 8 * dims_count, "dims"),
-        ("name pool", names_at, names_length, "name-pool"),
-        ("metadata", meta_at, meta_length, "metadata-section"),
+        ("bucket table", geo.buckets.offset, geo.buckets.length, "bucket-table"),
+        ("padding", geo.bucket_padding.offset, geo.bucket_padding.length, "index"),
+        ("entries", geo.entries.offset, geo.entries.length, "entries"),
+        ("dims", geo.dims.offset, geo.dims.length, "dims"),
+        ("name pool", geo.names.offset, geo.names.length, "name-pool"),
+        ("metadata", geo.metadata.offset, geo.metadata.length, "metadata-section"),
         ("trailer", trailer_at, trailer_size, "trailer"),
     ]
     out = [
@@ -345,7 +348,7 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
         "### The index",
         "",
         f"`index_length` = {index_length} bytes from `0x{index_offset:05X}`. With "
-        f"`bucket_bits` = {bits} the bucket table is {(1 << bits) + 1} `u32` ({table} bytes), "
+        f"`bucket_bits` = {bits} the bucket table is {geo.bucket_slots} `u32` ({table} bytes), "
         f"then the {count} entry of {entry_size} bytes at `0x{entries_at:05X}`, "
         f"{dims_count} `u64` dim at `0x{dims_at:05X}`, the {names_length}-byte name pool at "
         f"`0x{names_at:05X}` and {meta_length} bytes of metadata at `0x{meta_at:05X}`:",
@@ -355,9 +358,7 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
     out += ["", "The entry:", ""]
     out += _field_table(page, schema.Entry, entry, entries_at)
     name_hash = fnv1a_64(name)
-    crc = crc32c(
-        entry[: schema.ENTRY_CRC_OFFSET] + name + b"".join(struct.pack("<Q", d) for d in dims)
-    )
+    crc = entry_checksum(entry, name, pack_dims(dims))
     index_crc = crc32c(data[index_offset : index_offset + index_length])
     out += [
         "",
@@ -536,7 +537,7 @@ def stale() -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.sitegen",
+        prog="python -m tools.sitegen",
         description="Regenerate the site-* regions of docs/ (vector catalogue, CLI reference, "
         "byte-by-byte walkthrough) and docs/assets/file-map.svg.",
         epilog="exit status: 0 fresh or rewritten, 1 stale (with --check), 2 malformed region",
@@ -552,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in changed:
         rel = path.relative_to(ROOT)
         if args.check:
-            print(f"{rel}: stale; run python -m conformance.sitegen", file=sys.stderr)
+            print(f"{rel}: stale; run python -m tools.regen", file=sys.stderr)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(files[path], encoding="utf-8")

@@ -2,13 +2,14 @@
 
 The tables are generated so that they cannot be mistyped.  Every number comes from the
 position formulas below, which restate the Marlin definitions of the codec chapter in plain
-Python integers; nothing here imports the reference implementation (``spec`` must not
-depend on ``reference``).  The test suite checks these formulas against
-``reference.codec`` and checks that the chapter holds exactly this output.
+Python integers; nothing here imports the reference implementation, so that the test
+suite's comparison of these formulas with ``reference.codec`` checks one against the
+other.  The test suite also checks that the chapter holds exactly this output.
 
-``python -m spec.codec_tables`` prints every region with its markers;
+``python -m tools.codec_tables`` prints every region with its markers;
 ``--check PATH`` exits 1 when the regions of PATH differ from the output;
-``--write PATH`` rewrites the regions of PATH in place.
+``--write PATH`` rewrites the regions of PATH in place.  ``python -m tools.regen`` writes
+(or, with ``--check``, checks) ``docs/spec/codec.md`` with every other generated file.
 
 In the chapter a region is delimited by ``<!-- BEGIN GENERATED: <name> -->`` and
 ``<!-- END GENERATED -->`` lines, with exactly :func:`region` of ``<name>`` between them.
@@ -24,7 +25,10 @@ from pathlib import Path
 
 from spec import marlin
 from spec.marlin import AWQ_ORDER, QUANT_BITS, TILE_K, TILE_N
+from tools import DOCS
 
+#: The chapter whose regions these tables fill.
+CHAPTER = DOCS / "spec" / "codec.md"
 BEGIN = "<!-- BEGIN GENERATED: {name} -->"
 END = "<!-- END GENERATED -->"
 
@@ -293,7 +297,7 @@ def stale_regions(text: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spec.codec_tables", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.codec_tables", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--check", metavar="PATH", type=Path, help="exit 1 if PATH is stale")
     group.add_argument("--write", metavar="PATH", type=Path, help="rewrite PATH's regions")
@@ -301,7 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check is not None:
         stale = stale_regions(args.check.read_text(encoding="utf-8"))
         for name in stale:
-            print(f"{args.check}: region {name} is missing or stale", file=sys.stderr)
+            print(
+                f"{args.check}: region {name} is missing or stale; run python -m tools.regen",
+                file=sys.stderr,
+            )
         return 1 if stale else 0
     if args.write is not None:
         text = args.write.read_text(encoding="utf-8")

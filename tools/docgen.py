@@ -1,9 +1,10 @@
 """Regenerate the tables of the spec pages from the machine-readable spec.
 
-``python -m spec.docgen`` rewrites, in every Markdown file under ``docs/``, the regions
+``python -m tools.docgen`` rewrites, in every Markdown file under ``docs/``, the regions
 delimited by a line ``<!-- BEGIN GENERATED: <kind> [arg] -->`` and a line
-``<!-- END GENERATED -->``; ``python -m spec.docgen --check`` writes nothing and exits 1,
-naming each stale file, when regenerating would change anything.  Exit status 2 means a
+``<!-- END GENERATED -->``; ``python -m tools.docgen --check`` writes nothing and exits 1,
+naming each stale file, when regenerating would change anything.  ``python -m tools.regen``
+runs this with every other generator.  Exit status 2 means a
 malformed region (an unknown kind, a missing ``END``, a bad argument).
 
 Kinds (all rendered from :mod:`spec`, never from ``reference``):
@@ -26,8 +27,8 @@ Kinds (all rendered from :mod:`spec`, never from ``reference``):
 ``hash-examples``
     FNV-1a 64 hashes and buckets of a few names, computed by :mod:`spec.algorithms`.
 
-Regions of kinds owned by another generator (``codec-*``: :mod:`spec.codec_tables`;
-``site-*``: ``conformance.sitegen``, which needs the reference) are left as they are.
+Regions of kinds owned by another generator (``codec-*``: :mod:`tools.codec_tables`;
+``site-*``: :mod:`tools.sitegen`, which needs the reference) are left as they are.
 The output depends only on the spec modules, so it is deterministic.
 """
 
@@ -46,13 +47,13 @@ from typing import Any
 import numpy as np
 
 from spec import schema
-from spec.algorithms import FNV64_OFFSET_BASIS, FNV64_PRIME, align_up, bucket_of, fnv1a_64
+from spec.algorithms import FNV64_OFFSET_BASIS, FNV64_PRIME, bucket_of, fnv1a_64
 from spec.constants import INDEX_SECTION_ALIGN, LIMITS
+from spec.geometry import index_geometry
 from spec.registry import DTYPES, ERROR_CODES, FLAGS, LAYOUTS
 from spec.requirements import REQUIREMENT_BY_ID, REQUIREMENTS, Requirement
+from tools import DOCS, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
 #: The page that holds the requirement anchors; links from other pages point here.
 SPEC_PAGE = DOCS / "spec" / "format.md"
 
@@ -273,14 +274,14 @@ def largest_index() -> int:
     """``index_length`` of a file at every limit at once (names dominate)."""
     by_name = {limit.name: limit.value for limit in LIMITS}
     tensors = by_name["max_tensors"]
-    table_size = 4 * ((1 << by_name["max_bucket_bits"]) + 1)
-    return (
-        align_up(table_size, INDEX_SECTION_ALIGN)
-        + schema.ENTRY_SIZE * tensors
-        + 8 * by_name["max_dims"] * tensors
-        + by_name["max_name_length"] * tensors
-        + by_name["max_metadata_length"]
-    )
+    return index_geometry(
+        index_offset=0,
+        bucket_bits=by_name["max_bucket_bits"],
+        tensor_count=tensors,
+        dims_count=by_name["max_dims"] * tensors,
+        names_length=by_name["max_name_length"] * tensors,
+        metadata_length=by_name["max_metadata_length"],
+    ).length
 
 
 def render_errors(arg: str | None, page: Path) -> list[str]:
@@ -461,7 +462,7 @@ def _display(path: Path) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m spec.docgen",
+        prog="python -m tools.docgen",
         description="Regenerate the <!-- BEGIN GENERATED: kind [arg] --> regions of the docs "
         "from the spec modules. Exit status: 0 done (or up to date), 1 stale (--check), "
         "2 malformed region.",
@@ -482,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             stale = stale_files(paths)
             for path in stale:
-                print(f"{_display(path)}: stale; run python -m spec.docgen", file=sys.stderr)
+                print(f"{_display(path)}: stale; run python -m tools.regen", file=sys.stderr)
             return 1 if stale else 0
         for path in write_files(paths):
             print(f"rewrote {_display(path)}")

@@ -1,0 +1,245 @@
+"""Seeds and mutators of AWQ v1 inputs: a safetensors file and the config.json beside it.
+
+``reference.open`` reads a file that starts like safetensors (u64 length, then ``{``) as an
+AWQ v1 checkpoint, with config.json from its folder [V1-1]; these seeds and mutators cover
+that path: edits of the JSON header (the length prefix follows), reshapes that keep the
+payloads consistent, and edits of the quantisation fields of config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference.examples import LlamaShape, write_checkpoint
+from spec.registry import DTYPES
+from tools.fuzz.mutant import Mutant, Seed, bitflip, extend, overwrite, truncate
+
+
+def st_split(data: bytes | bytearray) -> tuple[Any, bytes] | None:
+    """(parsed JSON header, data buffer) of a safetensors file, or None."""
+    if len(data) < 8:
+        return None
+    (length,) = struct.unpack_from("<Q", data)
+    if length > len(data) - 8:
+        return None
+    try:
+        return json.loads(bytes(data[8 : 8 + length])), bytes(data[8 + length :])
+    except ValueError:
+        return None
+
+
+def st_join(header: Any, buffer: bytes) -> bytes:
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + buffer
+
+
+ST_VALUES: dict[str, tuple[Any, ...]] = {
+    "dtype": (
+        "F16",
+        "BF16",
+        "I32",
+        "F32",
+        "F64",
+        "BOOL",
+        "U8",
+        "F8_E4M3",
+        "XX",
+        1,
+        None,
+        [],
+        {"a": 1},
+    ),
+    "shape": ([], [0], [-1], [1 << 63], [1 << 64], [1.5], "ab", [[1]], [True], [0, 1 << 63], None),
+    "data_offsets": (
+        [-1, 2],
+        [0, 1 << 64],
+        [0, 1 << 63],
+        "xy",
+        [0],
+        [0, 2, 4],
+        [1.5, 2],
+        None,
+        [True, 2],
+    ),
+}
+
+
+ST_SHAPES: tuple[list[int], ...] = (
+    [0, 1 << 63], [0, (1 << 64) - 1], [0, (1 << 62) + 1], [1 << 62, 0, 2], [1, 0],
+    [0], [], [1], [2, 2, 2, 2, 2, 2, 2, 2, 2],
+)  # fmt: skip
+
+
+def _st_reshape(m: Mutant, header: dict[str, Any], buffer: bytes, name: str) -> bytes | None:
+    """A new shape for one tensor; its payload is cut or zero-padded to fit and the later
+    payloads move with it, so the file stays consistent (like _dim_value's length follows).
+    Returns the new data buffer, or None when the entry is not one to reshape."""
+    spec = header[name]
+    d = next((d for d in DTYPES if isinstance(spec, dict) and d.name == spec.get("dtype")), None)
+    offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
+    if d is None or not (isinstance(offsets, list) and len(offsets) == 2):
+        return None
+    start, end = offsets
+    if not (type(start) is int and type(end) is int and 0 <= start <= end <= len(buffer)):
+        return None
+    shape = list(m.rng.choice(ST_SHAPES))
+    count = 1
+    for v in shape:
+        count *= v
+    length = count * d.itemsize
+    if length - (end - start) > 1 << 20:
+        return None
+    payload = (buffer[start:end] + bytes(max(0, length - (end - start))))[:length]
+    grow = length - (end - start)
+    for other in header.values():
+        o = other.get("data_offsets") if isinstance(other, dict) else None
+        if other is not spec and isinstance(o, list) and o and all(type(v) is int for v in o):
+            other["data_offsets"] = [v + grow if v >= end else v for v in o]
+    spec["shape"] = shape
+    spec["data_offsets"] = [start, start + length]
+    m.steps.append(f"{name}.shape = {shape}, payload and later offsets follow")
+    return buffer[:start] + payload + buffer[end:]
+
+
+def _st_header(m: Mutant) -> None:
+    """A structure-aware edit of the safetensors JSON header; the length prefix follows."""
+    parsed = st_split(m.data)
+    if parsed is None:
+        return overwrite(m)
+    header, buffer = parsed
+    rng = m.rng
+    names = [k for k in header if k != "__metadata__"] if isinstance(header, dict) else []
+    how = rng.randrange(9)
+    if not names or how == 0:
+        header = rng.choice(([], 1, {}, "x", {"__metadata__": {}}, None))
+        m.steps.append(f"safetensors header = {header!r}")
+    elif how == 1:
+        header["__metadata__"] = rng.choice(([1], {"a": 1}, "x", None, {"format": "pt"}))
+        m.steps.append(f"__metadata__ = {header['__metadata__']!r}")
+    elif how == 2:
+        name = rng.choice(names)
+        new = rng.choice(("qweight", "scales", "qzeros", "bias", "weight", ""))
+        header[name.rpartition(".")[0] + "." + new] = header.pop(name)
+        m.steps.append(f"rename {name} -> ...{new}")
+    elif how == 3:
+        name = rng.choice(names)
+        header[name] = rng.choice((1, None, [], "x", {}))
+        m.steps.append(f"{name} = {header[name]!r}")
+    elif how == 4 and (reshaped := _st_reshape(m, header, buffer, rng.choice(names))):
+        buffer = reshaped
+    else:
+        name = rng.choice(names)
+        spec = header[name] if isinstance(header[name], dict) else {}
+        key = rng.choice(tuple(ST_VALUES))
+        current = spec.get(key)
+        if rng.random() < 0.1:
+            spec.pop(key, None)
+            m.steps.append(f"{name}.{key} removed")
+        else:
+            values: list[Any] = list(ST_VALUES[key])
+            if isinstance(current, list) and all(type(v) is int for v in current):
+                values += [
+                    current[::-1],
+                    [v + 1 for v in current],
+                    [v * 2 for v in current],
+                    current[:-1],
+                    [*current, 1],
+                    [v - 1 for v in current],
+                ]
+            spec[key] = rng.choice(values)
+            m.steps.append(f"{name}.{key} = {spec[key]!r} (was {current!r})")
+        header[name] = spec
+    m.ed.data = bytearray(st_join(header, buffer))
+    m.structured = True
+    return None
+
+
+CONFIG_VALUES: dict[str, tuple[Any, ...]] = {
+    "bits": (3, 4, 8, 4.0, "4", None, True, 16, -4),
+    "group_size": (0, -1, -2, 7, 64, 128, 128.0, "128", True, None, 1 << 40),
+    "zero_point": (False, None, 0, "no"),
+    "version": ("gemv", "GEMM", 1, None, "marlin"),
+    "quant_method": ("gptq", None, 5, "AWQ"),
+    "modules_to_not_convert": (None, "lm_head", [1], ["model"], [""], {}, ["q_proj"]),
+}
+
+
+def _config(m: Mutant) -> None:
+    """Edit config.json beside an AWQ v1 input: quantisation fields and hidden_size."""
+    try:
+        config = json.loads(m.config or b"{}")
+    except ValueError:
+        config = {}
+    rng = m.rng
+    how = rng.randrange(6)
+    if how == 0 or not isinstance(config, dict):
+        config = rng.choice(([], 1, {}, {"quantization_config": 1}, "x"))
+        m.steps.append(f"config.json = {config!r}")
+    elif how == 1:
+        config["hidden_size"] = rng.choice((0, "x", 1.5, None, 64, 1 << 63))
+        m.steps.append(f"config hidden_size = {config['hidden_size']!r}")
+    else:
+        q = config.get("quantization_config")
+        q = q if isinstance(q, dict) else {}
+        key = rng.choice(tuple(CONFIG_VALUES))
+        q[key] = rng.choice(CONFIG_VALUES[key])
+        config["quantization_config"] = q
+        m.steps.append(f"config quantization_config.{key} = {q[key]!r}")
+    m.config = json.dumps(config).encode()
+    m.structured = True
+
+
+MUTATORS: tuple[tuple[Callable[[Mutant], Any], float], ...] = (
+    (bitflip, 10),
+    (overwrite, 10),
+    (truncate, 5),
+    (extend, 3),
+    (_st_header, 50),
+    (_config, 15),
+)
+FUNCS = [f for f, _ in MUTATORS]
+WEIGHTS = [w for _, w in MUTATORS]
+
+
+def v1_seeds() -> list[Seed]:
+    """Two AWQ v1 seeds: a tiny AutoAWQ Llama checkpoint, and dense tensors of every dtype."""
+    shape = LlamaShape(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=32,
+        group_size=64,
+        attention_bias=True,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_checkpoint(Path(tmp) / "ckpt", shape)
+        llama = (folder / "model.safetensors").read_bytes()
+        config = (folder / "config.json").read_bytes()
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    buffer = b""
+    rng = np.random.default_rng(5)
+    for d in DTYPES:
+        raw = rng.integers(0, 256, 6 * d.itemsize, dtype=np.uint8).tobytes()
+        header[f"dense.{d.name}"] = {
+            "dtype": d.name,
+            "shape": [2, 3],
+            "data_offsets": [len(buffer), len(buffer) + len(raw)],
+        }
+        buffer += raw
+    dense = st_join(header, buffer)
+    out = []
+    for sid, data, cfg in (("v1_llama", llama, config), ("v1_dense", dense, b"{}")):
+        parsed = st_split(data)
+        names = tuple(k for k in parsed[0] if k != "__metadata__") if parsed else ()
+        out.append(Seed(sid, data, names, 8.0, cfg))
+    return out
