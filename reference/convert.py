@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import resource
 import sys
@@ -35,12 +36,15 @@ from typing import Any
 
 from reference import __version__
 from reference.errors import FormatError
+from reference.files import open_regular
 from reference.layers import PARTS
+from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
+from reference.text import escape
 from reference.v1 import V1Reader
-from reference.writer import Writer, encode_metadata, stale_partials
+from reference.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
-from spec.constants import ALIGNMENT, SLAB_OFFSET
+from spec.constants import ALIGNMENT, MAGIC, SLAB_OFFSET
 from spec.geometry import index_geometry
 from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
@@ -104,7 +108,7 @@ def natural_key(name: str) -> list[Any]:
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(16 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -228,7 +232,7 @@ def _summary(plan: Plan, dst: str | Path) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
     verb = "would write" if dry_run else "wrote"
-    print(f"{verb} {summary['destination']}: {summary['file_size']:,} bytes, "
+    print(f"{verb} {escape(str(summary['destination']))}: {summary['file_size']:,} bytes, "
           f"{summary['tensors']} tensors, {summary['layers']} quantised layers "
           f"({summary['marlin_layers']} Marlin)")  # fmt: skip
     pad = summary["padding_bytes"] / max(summary["file_size"], 1)
@@ -238,7 +242,7 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
     if odd:
         print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
         for name in odd:
-            print(f"    {name}")
+            print(f"    {escape(name)}")
     if not dry_run:
         print(f"  verified: {'yes' if summary['verified'] else 'no (--no-verify)'}; "
               f"{summary['seconds']} s; peak RSS {summary['peak_rss_mib']} MiB, "
@@ -265,16 +269,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_paths(src: Path, dst: Path | None) -> tuple[int, str] | None:
+    """What is wrong with SRC and DST before anything is read or written: ``(exit status,
+    message)``, or None.  A missing or unreadable SRC is an I/O error; a DST that is a folder,
+    would replace a file of the source, or has a name too long to write is a usage error."""
+    if not src.exists():
+        return EXIT_IO, f"cannot read {escape(str(src))}: no such file or folder"
+    if not src.is_dir():
+        try:
+            with open_regular(src) as f:
+                head = f.read(len(MAGIC))
+        except OSError as exc:
+            return EXIT_IO, f"cannot read {escape(str(src))}: {exc.strerror or exc}"
+        if head == MAGIC:
+            return EXIT_USAGE, (
+                f"{escape(str(src))} is already an AWQ-v2 file "
+                "(python -m reference.dump explains it)"
+            )
+    if dst is None:
+        return None
+    if len(dst.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        return EXIT_USAGE, f"DST's file name is longer than {NAME_MAX} bytes"
+    if dst.is_dir():
+        return EXIT_USAGE, f"DST {escape(str(dst))} is a folder; name the .awq2 file to write"
+    sources = [p for p in src.iterdir() if p.is_file()] if src.is_dir() else [src]
+    if dst.exists() and any(os.path.samefile(dst, p) for p in sources):
+        return EXIT_USAGE, f"DST {escape(str(dst))} is a file of the source; it would be lost"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.dst is None and not args.dry_run:
         parser.error("DST is required unless --dry-run")
+    refusal = check_paths(args.src, args.dst)
+    if refusal is not None:
+        status, message = refusal
+        print(f"error: {message}", file=sys.stderr)
+        return status
     try:
         if args.dst is not None:
             for leftover in stale_partials(args.dst):
-                print(f"removing a partial file left by an interrupted run: {leftover}",
-                      file=sys.stderr)  # fmt: skip
+                note = f"removing a partial file left by an interrupted run: {leftover}"
+                print(escape(note), file=sys.stderr)
                 leftover.unlink(missing_ok=True)
         if args.dry_run:
             with V1Reader(args.src) as src:
@@ -288,14 +326,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = convert(args.src, args.dst, verify=not args.no_verify,
                               progress=not args.quiet and sys.stderr.isatty())  # fmt: skip
     except FormatError as exc:
-        print(f"refused: [{exc.code}] {exc.message}", file=sys.stderr)
+        print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
         if exc.expected is not None or exc.found is not None:
-            print(f"  expected {exc.expected}, found {exc.found}", file=sys.stderr)
+            print(f"  expected {escape(str(exc.expected))}, found {escape(str(exc.found))}",
+                  file=sys.stderr)  # fmt: skip
         if exc.path:
-            print(f"  in {exc.path}", file=sys.stderr)
+            print(f"  in {escape(exc.path)}", file=sys.stderr)
         return EXIT_REFUSED
     except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape(str(exc))}", file=sys.stderr)
         return EXIT_IO
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -303,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_summary(summary, dry_run=args.dry_run)
         if args.dry_run:
             for step in summary["plan"]:
-                print(f"    {step['layout']:<6} {step['name']}")
+                print(f"    {step['layout']:<6} {escape(step['name'])}")
     return EXIT_OK
 
 

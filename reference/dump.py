@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,26 +25,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from reference.errors import FormatError, TensorNotFoundError
+from reference.files import open_regular
 from reference.reader import Reader
 from reference.source import TensorSource
+from reference.text import escape
 from reference.v1 import is_safetensors
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
-
-
-def escape(text: str) -> str:
-    """Escape control (Cc) and format (Cf) characters, e.g. ESC and bidi overrides."""
-    out = []
-    for ch in text:
-        if unicodedata.category(ch) in ("Cc", "Cf") or ch == "\\":
-            code = ord(ch)
-            out.append(
-                "\\\\" if ch == "\\" else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-            )
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def hexdump(data: bytes, start: int) -> list[str]:
@@ -149,7 +136,7 @@ def _tensor_report(source: TensorSource, name: str, out: TextIO) -> None:
 
 
 def _hexdumps(path: str, size: int, out: TextIO) -> None:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         head = f.read(HEADER_SIZE)
         f.seek(max(size - TRAILER_SIZE, 0))
         tail = f.read(TRAILER_SIZE)
@@ -163,7 +150,7 @@ def _hexdumps(path: str, size: int, out: TextIO) -> None:
 
 def _raw_header(path: str) -> dict[str, Any] | None:
     """Header fields parsed without any check, to help explain an invalid file."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         data = f.read(HEADER_SIZE)
     if len(data) < HeaderFields.sizeof():
         return None

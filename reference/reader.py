@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
+from reference.files import open_regular
 from reference.index import Index
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
 from reference.metadata import parse_metadata
@@ -59,7 +60,7 @@ class Reader:
     ) -> None:
         self.path = Path(path)
         self._fd = -1
-        with self.path.open("rb") as f:
+        with open_regular(self.path) as f:  # no FIFO, device or folder
             size = os.fstat(f.fileno()).st_size
             self._data: mmap.mmap | bytes
             if copy or size < HEADER_SIZE + TRAILER_SIZE:  # a private snapshot [RD-5]
@@ -205,6 +206,12 @@ class Reader:
             for info, target in jobs
         ]
 
+    def _pread(self, start: int, end: int) -> bytearray:
+        """Bytes ``[start, end)`` by positioned reads (not through the map)."""
+        out = bytearray(end - start)
+        self._preadv_exact([memoryview(out)], start)
+        return out
+
     def _preadv_exact(self, views: list[memoryview], offset: int) -> None:
         """Fill every view from ``offset`` on, across short reads."""
         pending, at = list(views), offset
@@ -245,7 +252,8 @@ class Reader:
 
     def validate(self) -> None:
         """Check everything the spec requires, in the order RD-2 fixes."""
-        self._metadata_cache = validate_index(self._index).metadata
+        read = self._pread if self._fd >= 0 else None  # padding by positioned reads [WR-4]
+        self._metadata_cache = validate_index(self._index, read).metadata
 
     def verify(self) -> None:
         """Full validation plus every payload checksum [ENT-10]."""
@@ -294,7 +302,7 @@ def open(  # noqa: A001
     p = Path(path)
     if p.is_dir():
         return V1Reader(p)
-    with p.open("rb") as f:
+    with open_regular(p) as f:
         head = f.read(len(MAGIC))
     if head != MAGIC and is_safetensors(p):
         return V1Reader(p)

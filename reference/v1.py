@@ -30,6 +30,7 @@ from safetensors import SafetensorError, safe_open
 
 from reference import codec
 from reference.errors import FormatError, TensorNotFoundError, error
+from reference.files import open_regular
 from reference.layers import LinearLayer, dequantize_layer, shard
 from reference.rules import TensorInfo, element_count, extent_fits
 from spec.marlin import marlin_shape_ok
@@ -82,7 +83,7 @@ def _legacy(code: str, message: str, **kw: Any) -> FormatError:
 def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str, str]]:
     """Parse one safetensors file's header and check that the file holds every payload [V1-3]."""
     size = path.stat().st_size
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         head = f.read(8)
         if len(head) < 8:
             raise _legacy(
@@ -176,7 +177,8 @@ def _well_formed(spec: Any) -> bool:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        with open_regular(path) as f:
+            value = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _legacy(
             "V1_BAD_CONFIG",
@@ -557,6 +559,6 @@ class V1Reader:
 
 def is_safetensors(path: Path) -> bool:
     """A file that starts like a safetensors file: u64 length, then ``{``."""
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         head = f.read(9)
     return len(head) == 9 and head[8:9] == b"{"

@@ -15,6 +15,7 @@ The opening checks [RD-1] have already passed when this runs.  Then:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,14 +35,24 @@ class Validated(NamedTuple):
     metadata: dict[str, Any]
 
 
-def validate_index(index: Index) -> Validated:
-    """Run RD-2 on an index that passed the opening checks; the first failure is raised."""
+#: Reads bytes ``[start, end)`` of the file: a slice of the index's buffer by default, or
+#: positioned reads, so that padding a full file system never allocated cannot fault [WR-4].
+Read = Callable[[int, int], Any]
+
+
+def validate_index(index: Index, read: Read | None = None) -> Validated:
+    """Run RD-2 on an index that passed the opening checks; the first failure is raised.
+
+    ``read(start, end)`` fetches the padding for its check; without it the buffer is sliced.
+    """
+    if read is None:
+        read = lambda start, end: index.buf[start:end]  # noqa: E731
     _check_index_checksum(index)
     _check_bucket_table(index)
     infos = _check_entries(index)
     check_layers(infos, index.geometry.entry_offset)  # [LAY-7], at the entry records
     _check_placement(index, infos)
-    _check_padding(index, infos)
+    _check_padding(read, index, infos)
     return Validated(infos, index.metadata())  # checksum, UTF-8, JSON object, depth [META-*]
 
 
@@ -146,23 +157,24 @@ def _check_placement(index: Index, infos: list[TensorInfo]) -> None:
         raise field_error("SLAB_GAP", message, index_offset, expected, index_offset)
 
 
-def _first_nonzero(index: Index, start: int, end: int, what: str) -> None:
+def _first_nonzero(read: Read, start: int, end: int, what: str) -> None:
     if end <= start:
         return
-    nonzero = np.flatnonzero(index.buf[start:end])
+    data = np.frombuffer(read(start, end), np.uint8)
+    nonzero = np.flatnonzero(data)
     if nonzero.size:
         at = start + int(nonzero[0])
         message = f"non-zero byte in {what}"
-        raise field_error("NONZERO_PADDING", message, at, 0, f"0x{int(index.buf[at]):02x}")
+        raise field_error("NONZERO_PADDING", message, at, 0, f"0x{int(data[nonzero[0]]):02x}")
 
 
-def _check_padding(index: Index, infos: list[TensorInfo]) -> None:
+def _check_padding(read: Read, index: Index, infos: list[TensorInfo]) -> None:
     """PAD-1 (header area), PAD-2 (slab gaps), PAD-3 (bucket table padding) [PAD-4]."""
-    _first_nonzero(index, HEADER_SIZE, SLAB_OFFSET, "the header padding")
+    _first_nonzero(read, HEADER_SIZE, SLAB_OFFSET, "the header padding")
     for info in sorted((t for t in infos if t.length), key=lambda t: t.offset):
         end = info.offset + info.length
-        _first_nonzero(index, end, align_up(end, ALIGNMENT), f"the padding after {info.name!r}")
+        _first_nonzero(read, end, align_up(end, ALIGNMENT), f"the padding after {info.name!r}")
     if not any(t.length for t in infos):
-        _first_nonzero(index, SLAB_OFFSET, index.header["index_offset"], "the empty slab")
+        _first_nonzero(read, SLAB_OFFSET, index.header["index_offset"], "the empty slab")
     pad = index.geometry.bucket_padding
-    _first_nonzero(index, pad.offset, pad.end, "the bucket table padding")
+    _first_nonzero(read, pad.offset, pad.end, "the bucket table padding")

@@ -14,9 +14,7 @@ State machine: a writer is ``open`` until :meth:`Writer.close` (``closed``) or
 from __future__ import annotations
 
 import enum
-import glob
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,11 +22,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from reference import rules
+from reference import partial, rules
 from reference.errors import FormatError
 from reference.hashing import buckets_of, fnv1a_64_many
 from reference.layers import encode_linear
 from reference.metadata import encode_metadata
+from reference.partial import PARTIAL_SUFFIX, stale_partials
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
     ALIGNMENT,
@@ -44,8 +43,6 @@ from spec.geometry import DIM_SIZE, entry_checksum, index_geometry, pack_dims
 from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME
 from spec.schema import ENTRY_DTYPE, TRAILER_SIZE, Header, Trailer
 
-#: Suffix of the temporary file a writer fills before it renames it into place.
-PARTIAL_SUFFIX = ".awq2-partial"
 _CHUNK = 16 << 20
 
 _NUMPY_TO_DTYPE = {
@@ -111,20 +108,21 @@ class Writer:
         self.path = Path(path)
         self._metadata = encode_metadata(metadata)
         self._check = check
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.name}.{os.getpid()}.", suffix=PARTIAL_SUFFIX, dir=self.path.parent
-        )
-        self._tmp = Path(tmp)
-        # mkstemp makes the file 0600; the published file gets what open() would give it.
-        os.fchmod(fd, 0o666 & ~_umask())
-        self._file = os.fdopen(fd, "w+b")
+        self._tmp, self._file = partial.create(self.path)  # named and locked [WR-3]
+        self._state = _State.OPEN
+        try:
+            # mkstemp makes the file 0600; the published file gets what open() would give it.
+            os.fchmod(self._file.fileno(), 0o666 & ~_umask())
+            self._file.write(bytes(SLAB_OFFSET))  # header area, zero-filled [PAD-1, WR-4]
+        except BaseException:
+            self.abort()
+            raise
         self._cursor = SLAB_OFFSET  # next free 64 KiB boundary in the slab
         self._names: list[bytes] = []
         self._seen: set[bytes] = set()
         self._records: list[tuple[int, ...]] = []
         self._shapes: list[tuple[int, ...]] = []
         self._quantized: list[rules.TensorInfo] = []
-        self._state = _State.OPEN
 
     # ------------------------------------------------------------------ adding tensors
 
@@ -235,6 +233,8 @@ class Writer:
         if written != length:
             self._fail_payload(offset)
             raise ValueError(f"{name!r}: got {written} bytes, its shape needs {length}")
+        if length:  # the padding is written, not left as a hole [PAD-2, WR-4]
+            self._file.write(bytes(align_up(offset + length, ALIGNMENT) - offset - length))
         return crc
 
     def add_linear(self, prefix: str, **layer: Any) -> str:
@@ -281,13 +281,19 @@ class Writer:
         return self.path
 
     def abort(self) -> None:
-        """Drop everything written; the destination is left as it was."""
+        """Drop everything written; the destination is left as it was.  Never raises for
+        the file itself: a write that failed (a full disk, a file-size limit) fails again
+        when the buffer is flushed at close, and the partial is removed all the same."""
         if self._state is _State.CLOSED:
             raise WriterStateError("abort() after close()")
         self._state = _State.ABORTED
-        if not self._file.closed:
-            self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        try:
+            if not self._file.closed:
+                self._file.close()
+        except OSError:
+            pass  # the write that failed already raised; the partial goes regardless
+        finally:
+            self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> Writer:
         self._require_open()
@@ -316,7 +322,7 @@ class Writer:
             raise ValueError(f"not whole layers [LAY-7]: {exc}") from exc
         index, counts = self._build_index()
         index_offset = self._cursor
-        self._file.truncate(index_offset)  # zero padding up to the index [PAD-2]
+        self._file.truncate(index_offset)  # drops a payload forgotten by _fail_payload
         self._file.seek(index_offset)
         self._file.write(index)
         header_fields = dict(
@@ -357,10 +363,10 @@ class Writer:
         self._file.write(header)
         self._file.flush()
         os.fsync(self._file.fileno())
-        self._file.close()
-        if self._check is not None:
+        if self._check is not None:  # the partial stays open, so locked, until the rename
             self._check(self._tmp)
         os.replace(self._tmp, self.path)
+        self._file.close()
         _fsync_dir(self.path.parent)
 
     def _build_index(self) -> tuple[bytes, dict[str, int]]:
@@ -444,31 +450,6 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def stale_partials(path: str | os.PathLike[str]) -> list[Path]:
-    """Temporary files that writers of ``path`` left behind when they were killed.
-
-    A writer's temporary file is ``.<name>.<pid>.<random>.awq2-partial`` beside the
-    destination; it is stale when no process with that pid is alive.
-    """
-    dest = Path(path)
-    stale = []
-    for candidate in dest.parent.glob(f".{glob.escape(dest.name)}.*{PARTIAL_SUFFIX}"):
-        pid_text = candidate.name[len(dest.name) + 2 :].split(".", 1)[0]
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
-            stale.append(candidate)
-    return sorted(stale)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def save(

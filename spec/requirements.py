@@ -479,6 +479,25 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "holds a partial file.",
         subject="writer",
     ),
+    _r(
+        "WR-3",
+        "SHOULD",
+        "A writer's temporary file SHOULD name its owner unambiguously: the destination it is "
+        "for, the host and the process that writes it, and it SHOULD hold an exclusive lock on "
+        "it until the rename. A tool that cleans up after interrupted writers MUST remove only "
+        "temporary files of exactly that form for its own destination whose owner is provably "
+        "gone: written on the same host, no such process alive there, and the lock free. A "
+        "temporary file from another host is never removed.",
+        subject="writer",
+    ),
+    _r(
+        "WR-4",
+        "SHOULD",
+        "A writer SHOULD write every padding byte (or allocate the file's blocks) rather than "
+        "leave holes, so that a full file system fails the write, with an error the writer "
+        "reports, and never a later reader that touches the padding through a memory map.",
+        subject="writer",
+    ),
 )
 
 REQUIREMENT_BY_ID = {r.id: r for r in REQUIREMENTS}

@@ -1,0 +1,307 @@
+"""The tools around the reader under unlucky or hostile conditions (issue 12): writers'
+temporary files [WR-2, WR-3], written padding [WR-4], a file-size limit, FIFOs, destination
+checks, and escaping of what a file says before it reaches a terminal.
+
+Each test reproduces one finding of the issue; the comment names it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import reference
+from reference import partial
+from reference.examples import write_checkpoint
+from reference.files import NotRegularFileError
+from reference.text import escape
+from reference.validate import validate_index
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str, timeout: float = 60, preexec: str = "") -> subprocess.CompletedProcess[str]:
+    """``python -c`` or ``python -m`` in a child, from the repository root."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _partial_name(dest: Path, host: str, pid: int, rand: str = "abcd1234") -> Path:
+    """A partial of ``dest`` in the exact form writers use, for another host or pid."""
+    tag = hashlib.sha256(dest.name.encode()).hexdigest()[:8]
+    return dest.parent / f".{dest.name}.{tag}.{host}.{pid}.{rand}{partial.PARTIAL_SUFFIX}"
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _no_partials(folder: Path) -> bool:
+    return not list(folder.glob(f"*{partial.PARTIAL_SUFFIX}"))
+
+
+# ------------------------------------------------------------ 1. other writers' partials
+
+
+def test_a_partial_whose_lock_is_held_is_kept_even_when_its_pid_is_dead_here(tmp_path):
+    """Finding 1, WR-3: a writer in another PID namespace on this host (its pid means nothing
+    here) holds its partial's lock; the clean-up must leave the file alone until the lock goes."""
+    dest = tmp_path / "model.awq2"
+    other = _partial_name(dest, partial.host_tag(), _dead_pid())
+    other.write_bytes(b"live data of another writer")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import fcntl, os, sys, time
+            fd = os.open({str(other)!r}, os.O_RDWR)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("locked", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert partial.stale_partials(dest) == []
+    finally:
+        holder.communicate("", timeout=10)
+    assert partial.stale_partials(dest) == [other]  # lock free, pid dead, this host: stale
+
+
+def test_a_partial_of_another_host_or_another_destination_is_never_stale(tmp_path):
+    """Finding 1, WR-3: another host's partial cannot be proved dead; a live partial of
+    ``ckpt.999999`` is not one of ``ckpt`` (the 999999 is not a pid)."""
+    dest = tmp_path / "ckpt"
+    foreign = _partial_name(dest, "some-other-host", _dead_pid())
+    foreign.write_bytes(b"x")
+    with reference.Writer(tmp_path / "ckpt.999999") as writer:
+        writer.add("w", np.zeros(4, np.float32))
+        assert partial.stale_partials(dest) == []
+        assert partial.stale_partials(tmp_path / "ckpt.999999") == []  # its writer is alive
+    assert foreign.exists()
+    mine = _partial_name(dest, partial.host_tag(), _dead_pid())
+    mine.write_bytes(b"x")
+    assert partial.stale_partials(dest) == [mine]
+
+
+@pytest.mark.parametrize("length", [230, 255])
+def test_a_destination_name_up_to_255_bytes_can_be_written(tmp_path, length):
+    """Finding 7, WR-3: the partial's name is cut so that it fits NAME_MAX as well."""
+    dest = tmp_path / ("é" * ((length - 5) // 2) + "x" * ((length - 5) % 2) + ".awq2")
+    assert len(dest.name.encode()) == length
+    reference.save(dest, {"w": np.arange(3, dtype=np.int32)})
+    with reference.open(dest) as f:
+        assert f.tensor("w").tolist() == [0, 1, 2]
+    assert _no_partials(tmp_path)
+
+
+# ------------------------------------------------------------ 2. a failed write cleans up
+
+
+_UNDER_LIMIT = """
+import resource, sys
+import numpy as np
+import reference
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+try:
+    reference.save(sys.argv[1], {f"t{i}": np.zeros(1000, np.float32) for i in range(10)})
+except OSError as exc:
+    print("OSError", exc.errno, type(exc.__context__).__name__)
+"""
+
+
+def test_a_write_over_the_file_size_limit_raises_once_and_leaves_nothing(tmp_path):
+    """Finding 2, WR-2: under ``ulimit -f`` the write fails with EFBIG, once (no second
+    error from the buffered close inside abort, so no chained context), and no partial stays
+    behind.  Small tensors: the failing write is a buffered one, flushed again at close."""
+    result = _run("-c", _UNDER_LIMIT, str(tmp_path / "big.awq2"))
+    assert result.stdout.split() == ["OSError", str(errno.EFBIG), "NoneType"], result
+    assert "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_convert_over_the_file_size_limit_exits_3_and_leaves_nothing(tmp_path):
+    """Finding 2: the converter reports the I/O error (exit 3), with no traceback."""
+    src = write_checkpoint(tmp_path / "src")
+    code = (
+        "import resource, sys; from reference.convert import main\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))\n"
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _run("-c", code, str(src), str(out / "m.awq2"), "--quiet")
+    assert result.returncode == 3, result
+    assert "Traceback" not in result.stderr and "error:" in result.stderr
+    assert list(out.iterdir()) == []
+
+
+# ------------------------------------------------------------ 3. padding written, read by pread
+
+
+def test_published_files_have_no_holes(tmp_path):
+    """Finding 3, WR-4: 200 small tensors leave 64 KiB of padding each; every byte of it is
+    written, so the file system allocated it before the rename (SEEK_HOLE finds none)."""
+    path = tmp_path / "small.awq2"
+    reference.save(path, {f"t{i}": np.full(3, i, np.int16) for i in range(200)})
+    size = path.stat().st_size
+    assert size > 200 * 65536
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert os.lseek(fd, 0, os.SEEK_HOLE) == size
+    finally:
+        os.close(fd)
+
+
+def test_full_validation_reads_the_padding_with_positioned_reads(tmp_path, monkeypatch):
+    """Finding 3: validate() checks the padding through its read function (pread on the
+    file), not the memory map, so padding a full tmpfs never allocated cannot fault."""
+    path = tmp_path / "m.awq2"
+    reference.save(path, {"a": np.ones(5, np.float32), "b": np.ones(7, np.float16)})
+    ranges: list[tuple[int, int]] = []
+    original = reference.Reader._pread
+
+    def spy(self, start, end):
+        ranges.append((start, end))
+        return original(self, start, end)
+
+    monkeypatch.setattr(reference.Reader, "_pread", spy)
+    with reference.open(path) as f:
+        f.validate()
+        geometry = f.index.geometry
+    assert (128, 65536) in ranges  # the header padding [PAD-1]
+    assert (geometry.bucket_padding.offset, geometry.bucket_padding.end) in ranges
+    assert len(ranges) == 4  # and the padding after each of the two payloads [PAD-2]
+
+
+def test_the_validator_reports_padding_it_reads(tmp_path):
+    """The read function is what the padding check sees: a non-zero byte it returns fails."""
+    path = tmp_path / "m.awq2"
+    reference.save(path, {"a": np.ones(5, np.float32)})
+    with reference.open(path) as f:
+
+        def read(start, end):
+            data = bytearray(f.index.buf[start:end])
+            if start == 128:
+                data[10] = 7
+            return data
+
+        with pytest.raises(reference.FormatError) as info:
+            validate_index(f.index, read)
+    assert info.value.code == "NONZERO_PADDING" and info.value.offset == 138
+
+
+# ------------------------------------------------------------ 6. FIFOs and devices
+
+
+@pytest.mark.parametrize("args", [["reference.dump"], ["reference.convert", "--dry-run"]])
+def test_the_tools_refuse_a_fifo_at_once(tmp_path, args):
+    """Finding 6: a FIFO with no writer is refused as an unreadable input (exit 3), not
+    waited on."""
+    fifo = tmp_path / "model.awq2"
+    os.mkfifo(fifo)
+    result = _run("-m", *args[:1], str(fifo), *args[1:], timeout=30)
+    assert result.returncode == 3, result
+    assert "not a regular file (a FIFO)" in result.stderr
+
+
+def test_open_refuses_a_fifo_and_a_device_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code = (
+        "import sys, reference\n"
+        "for p in sys.argv[1:]:\n"
+        "    try:\n"
+        "        reference.open(p)\n"
+        "    except OSError as exc:\n"
+        "        print(type(exc).__name__, exc.strerror)\n"
+    )
+    result = _run("-c", code, str(fifo), "/dev/zero", timeout=30)
+    assert result.stdout.splitlines() == [
+        "NotRegularFileError not a regular file (a FIFO)",
+        "NotRegularFileError not a regular file (a character device)",
+    ], result
+    assert issubclass(NotRegularFileError, OSError)
+
+
+# ------------------------------------------------------------ 7. destinations
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_convert_refuses_to_replace_its_own_source(tmp_path):
+    """Finding 7: ``convert X.safetensors X.safetensors`` used to replace the source."""
+    src = write_checkpoint(tmp_path / "ckpt")
+    weights = src / "model.safetensors"
+    before = _digest(weights)
+    for dst in (weights, src / "." / "model.safetensors"):
+        result = _run("-m", "reference.convert", str(weights), str(dst))
+        assert result.returncode == 2 and "file of the source" in result.stderr, result
+        result = _run("-m", "reference.convert", str(src), str(dst))
+        assert result.returncode == 2 and "file of the source" in result.stderr, result
+    assert _digest(weights) == before and _no_partials(src)
+
+
+def test_convert_checks_its_paths_before_converting(tmp_path):
+    """Finding 7: a folder as DST, an over-long DST name, a missing SRC and an AWQ-v2 SRC are
+    reported at once, each with its documented exit status."""
+    src = write_checkpoint(tmp_path / "ckpt")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    cases = [
+        ([str(src), str(folder)], 2, "is a folder"),
+        ([str(src), str(tmp_path / ("n" * 256))], 2, "longer than 255 bytes"),
+        ([str(tmp_path / "missing"), str(tmp_path / "x.awq2")], 3, "no such file"),
+    ]
+    v2 = tmp_path / "already.awq2"
+    reference.save(v2, {"w": np.zeros(2, np.float32)})
+    cases.append(([str(v2), str(tmp_path / "y.awq2")], 2, "already an AWQ-v2 file"))
+    for argv, status, words in cases:
+        result = _run("-m", "reference.convert", *argv)
+        assert result.returncode == status and words in result.stderr, (argv, result)
+        assert "Traceback" not in result.stderr
+    assert list(folder.iterdir()) == []
+
+
+# ------------------------------------------------------------ 5. escaping
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("plain name.weight", "plain name.weight"),
+        ("a\x1b[31mred", "a\\x1b[31mred"),
+        ("title\x1b]0;owned\x07", "title\\x1b]0;owned\\x07"),
+        ("\x9b", "\\x9b"),  # C1 control (CSI)
+        ("abc\u202egnp.exe", "abc\\u202egnp.exe"),  # bidi override
+        ("line\u2028break\u2029", "line\\u2028break\\u2029"),
+        ("tag\U000e0041", "tag\\U000e0041"),  # non-BMP: eight hex digits, unambiguous
+        ("back\\slash", "back\\\\slash"),
+        ("ünïcödé 名前", "ünïcödé 名前"),
+    ],
+)
+def test_escape_leaves_nothing_a_terminal_acts_on(raw, shown):
+    assert escape(raw) == shown
+
+
+def test_convert_dry_run_escapes_names_from_the_file(tmp_path):
+    """Finding 5: ``convert --dry-run`` printed tensor names raw."""
+    src = tmp_path / "evil.safetensors"
+    save_file({"evil\x1b]0;title\x07\u202e.weight": np.zeros(4, np.float16)}, str(src))
+    result = _run("-m", "reference.convert", str(src), "--dry-run")
+    assert result.returncode == 0, result
+    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
+    assert "evil\\x1b]0;title\\x07\\u202e.weight" in result.stdout
