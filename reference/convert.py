@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from reference import __version__
-from reference.errors import FormatError
+from reference.errors import FormatError, error
 from reference.files import open_regular
 from reference.layers import PARTS
 from reference.partial import NAME_MAX, stale_partials
@@ -135,6 +135,12 @@ def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
         else:
             info = src.entry(name)
             plan.steps.append(Step(name, False, [(name, info.dtype, info.shape)]))
+    plan.metadata = _plan_metadata(src, hash_sources=hash_sources)
+    return plan
+
+
+def _plan_metadata(src: V1Reader, *, hash_sources: bool) -> dict[str, Any]:
+    """The source's configuration plus provenance, refused here if a reader would refuse it."""
     # a dry run skips hashing but keeps a same-length placeholder, so its size is exact
     files = [
         {
@@ -144,7 +150,7 @@ def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
         }
         for f in src.files
     ]
-    plan.metadata = {
+    metadata = {
         **src.metadata,
         "provenance": {
             "source_format": "AWQ v1 (AutoAWQ GEMM, safetensors)",
@@ -152,7 +158,13 @@ def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
             "converter": f"reference.convert {__version__}",
         },
     }
-    return plan
+    try:  # what a reader would refuse is refused here, with the checkpoint named [META-5]
+        encode_metadata(metadata)
+    except ValueError as exc:
+        raise error("V1_BAD_CONFIG", "the checkpoint's configuration cannot be AWQ-v2 metadata",
+                    offset=0, expected="metadata a reader accepts", found=str(exc)[:200],
+                    path=str(src.path)) from exc  # fmt: skip
+    return metadata
 
 
 def _stored_shape(src: V1Reader, name: str, family: str) -> tuple[int, ...]:

@@ -32,7 +32,9 @@ from reference import codec
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.files import open_regular
 from reference.layers import LinearLayer, dequantize_layer, shard
+from reference.metadata import lexical_depth, parse_metadata
 from reference.rules import TensorInfo, element_count, extent_fits
+from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH
 from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
 
@@ -105,6 +107,11 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str,
                 path=str(path),
             )
         raw = f.read(length)
+    depth = lexical_depth(raw)  # measured before parsing: no recursion on hostile nesting
+    if depth > MAX_METADATA_DEPTH:
+        raise _legacy("V1_INCOMPLETE", f"{path.name}: safetensors header nested too deeply",
+                      offset=8, expected=f"depth <= {MAX_METADATA_DEPTH}", found=depth,
+                      path=str(path))  # fmt: skip
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -122,43 +129,45 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, _StTensor], dict[str,
                       path=str(path))  # fmt: skip
     metadata = header.pop("__metadata__", None) or {}
     base = 8 + length
-    tensors = {}
-    for name, spec in header.items():
-        if not _well_formed(spec):
-            raise _legacy("V1_INCOMPLETE", f"{path.name}: malformed header entry for {name!r}",
-                          offset=8, expected="dtype, shape and data_offsets of one tensor",
-                          found=str(spec)[:80], path=str(path))  # fmt: skip
-        start, end = spec["data_offsets"]
-        if base + end > size:
-            raise _legacy(
-                "V1_INCOMPLETE",
-                f"{path.name}: tensor {name!r} runs past the end of the file (truncated download?)",
-                offset=base + start,
-                expected=f"file of >= {base + end} bytes",
-                found=size,
-                path=str(path),
-            )
-        dtype = _ST_DTYPES.get(spec["dtype"])
-        if dtype is None:
-            raise _legacy(
-                "V1_UNSUPPORTED",
-                f"{path.name}: dtype {spec['dtype']} of {name!r}",
-                offset=8,
-                expected=sorted(_ST_DTYPES),
-                found=spec["dtype"],
-            )
-        if end - start != _ST_ITEMSIZE[dtype] * element_count(tuple(spec["shape"])):
-            raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} length is not its shape's",
-                          offset=8, expected=f"shape {spec['shape']} of {dtype}",
-                          found=f"{end - start} bytes", path=str(path))  # fmt: skip
-        if not extent_fits(tuple(spec["shape"]), _ST_ITEMSIZE[dtype]):
-            raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} shape is not representable",
-                          offset=8, expected="non-zero dimensions x itemsize < 2**63",
-                          found=spec["shape"], path=str(path))  # fmt: skip
-        tensors[name] = _StTensor(
-            name, path, dtype, tuple(spec["shape"]), base + start, end - start
-        )
+    tensors = {name: _st_tensor(path, name, spec, base, size) for name, spec in header.items()}
     return tensors, metadata
+
+
+def _st_tensor(path: Path, name: str, spec: Any, base: int, size: int) -> _StTensor:
+    """One safetensors header entry, checked: well formed, inside the file, a known dtype,
+    a length that is its shape's [V1-3]."""
+    if not _well_formed(spec):
+        raise _legacy("V1_INCOMPLETE", f"{path.name}: malformed header entry for {name!r}",
+                      offset=8, expected="dtype, shape and data_offsets of one tensor",
+                      found=str(spec)[:80], path=str(path))  # fmt: skip
+    start, end = spec["data_offsets"]
+    if base + end > size:
+        raise _legacy(
+            "V1_INCOMPLETE",
+            f"{path.name}: tensor {name!r} runs past the end of the file (truncated download?)",
+            offset=base + start,
+            expected=f"file of >= {base + end} bytes",
+            found=size,
+            path=str(path),
+        )
+    dtype = _ST_DTYPES.get(spec["dtype"])
+    if dtype is None:
+        raise _legacy(
+            "V1_UNSUPPORTED",
+            f"{path.name}: dtype {spec['dtype']} of {name!r}",
+            offset=8,
+            expected=sorted(_ST_DTYPES),
+            found=spec["dtype"],
+        )
+    if end - start != _ST_ITEMSIZE[dtype] * element_count(tuple(spec["shape"])):
+        raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} length is not its shape's",
+                      offset=8, expected=f"shape {spec['shape']} of {dtype}",
+                      found=f"{end - start} bytes", path=str(path))  # fmt: skip
+    if not extent_fits(tuple(spec["shape"]), _ST_ITEMSIZE[dtype]):
+        raise _legacy("V1_INCOMPLETE", f"{path.name}: {name!r} shape is not representable",
+                      offset=8, expected="non-zero dimensions x itemsize < 2**63",
+                      found=spec["shape"], path=str(path))  # fmt: skip
+    return _StTensor(name, path, dtype, tuple(spec["shape"]), base + start, end - start)
 
 
 def _well_formed(spec: Any) -> bool:
@@ -175,29 +184,38 @@ def _well_formed(spec: Any) -> bool:
     return len(offsets) == 2 and offsets[0] <= offsets[1]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, *, limit: int = MAX_METADATA_LENGTH) -> dict[str, Any]:
+    """A checkpoint's JSON file, read with the metadata's strict rules [META-5, META-6]: at
+    most ``limit`` bytes, depth measured before parsing, no duplicate keys, NaN, overlong or
+    out-of-range numbers or unpaired surrogates, and an object at the top."""
     try:
         with open_regular(path) as f:
-            value = json.loads(f.read().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _legacy(
-            "V1_BAD_CONFIG",
-            f"{path.name} cannot be read as JSON",
-            offset=0,
-            expected="a JSON object",
-            found=str(exc)[:120],
-            path=str(path),
-        ) from exc
-    if not isinstance(value, dict):
-        raise _legacy(
-            "V1_BAD_CONFIG",
-            f"{path.name} is not a JSON object",
-            offset=0,
-            expected="object",
-            found=type(value).__name__,
-            path=str(path),
-        )
-    return value
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise _legacy("V1_BAD_CONFIG", f"{path.name} cannot be read", offset=0,
+                      expected="a readable file", found=exc.strerror or str(exc),
+                      path=str(path)) from exc  # fmt: skip
+    if len(raw) > limit:
+        raise _legacy("V1_BAD_CONFIG", f"{path.name} is too large", offset=0,
+                      expected=f"<= {limit} bytes", found=f"more than {limit} bytes",
+                      path=str(path))  # fmt: skip
+    try:
+        return parse_metadata(raw, offset=0)
+    except FormatError as exc:
+        raise _legacy("V1_BAD_CONFIG", f"{path.name} is not a strict JSON object: {exc.message}",
+                      offset=exc.offset, expected=exc.expected, found=exc.found,
+                      path=str(path)) from exc  # fmt: skip
+
+
+def _plain_file_name(name: str) -> bool:
+    """A file name with no folder part: no separator, not '.' or '..', no NUL [V1-3]."""
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and os.sep not in name
+        and "\0" not in name
+        and (os.altsep is None or os.altsep not in name)
+    )
 
 
 def quant_config(folder: Path) -> tuple[dict[str, Any] | None, QuantConfig | None]:
@@ -253,6 +271,25 @@ def _normalise(q: dict[str, Any]) -> QuantConfig:
     return QuantConfig(bits, group_size, True, version, tuple(skip), q)
 
 
+def _weight_map(index: Path) -> dict[str, str]:
+    """The shard index's tensor -> file map, refused before any shard is opened unless it is
+    an object of names to plain file names in the checkpoint folder [V1-3]."""
+    weight_map = _read_json(index, limit=_MAX_ST_HEADER).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(file, str) for file in weight_map.values()
+    ):
+        found = type(weight_map).__name__ if not isinstance(weight_map, dict) else "other values"
+        raise _legacy("V1_BAD_CONFIG", "weight_map is not an object of tensor -> file name",
+                      offset=0, expected="an object of strings", found=found,
+                      path=str(index))  # fmt: skip
+    outside = sorted({file for file in weight_map.values() if not _plain_file_name(file)})
+    if outside:
+        raise _legacy("V1_BAD_CONFIG", "the shard index names files outside the checkpoint folder",
+                      offset=0, expected="plain file names", found=outside[:5],
+                      path=str(index))  # fmt: skip
+    return weight_map
+
+
 class V1Reader:
     """An AWQ v1 checkpoint, read lazily, with the :class:`reference.Reader` API."""
 
@@ -278,7 +315,7 @@ class V1Reader:
             return [self.path]
         index = self.path / "model.safetensors.index.json"
         if index.is_file():
-            self._weight_map = _read_json(index).get("weight_map") or {}
+            self._weight_map = _weight_map(index)
             names = sorted(set(self._weight_map.values()))
             missing = [n for n in names if not (self.path / n).is_file()]
             if missing:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from safetensors.numpy import save_file
 
 import reference
 from reference import partial
+from reference.convert import main as convert_main
 from reference.examples import write_checkpoint
 from reference.files import NotRegularFileError
 from reference.text import escape
@@ -305,3 +307,91 @@ def test_convert_dry_run_escapes_names_from_the_file(tmp_path):
     assert result.returncode == 0, result
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "evil\\x1b]0;title\\x07\\u202e.weight" in result.stdout
+
+
+# ------------------------------------------------------------ 4. the v1 path's JSON
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+def _deep_but_legal_config(src: Path) -> str:
+    """config.json at the metadata's depth limit: legal alone, one level too deep once the
+    converter nests it under "config"."""
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    inner: object = 1
+    for _ in range(63):
+        inner = {"a": inner}
+    config["deep"] = inner
+    return json.dumps(config)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"x": NaN}',
+        '{"x": 1e400}',
+        '{"x": ' + "9" * 201 + "}",
+        '{"x": "\\ud800"}',
+        _nested(65),
+        _nested(100_000),
+        '{"x": "' + "y" * (16 << 20) + '"}',
+        '{"a": 1, "a": 2}',
+        "[1, 2]",
+        "deep-but-legal",
+    ],
+    ids=["nan", "1e400", "201-digits", "lone-surrogate", "depth-65", "depth-100000",
+         "over-16-MiB", "duplicate-key", "array", "legal-alone-too-deep-as-metadata"],
+)  # fmt: skip
+def test_a_hostile_config_json_is_refused_with_a_code(tmp_path, capsys, text):
+    """Finding 4: config.json with NaN, 1e400, a 201-digit number, "\\ud800", nesting past the
+    limit (or 100,000 deep), over 16 MiB: convert refused with V1_BAD_CONFIG, no traceback."""
+    src = write_checkpoint(tmp_path / "ckpt")
+    original = (src / "config.json").read_text(encoding="utf-8")
+    if text == "deep-but-legal":
+        text = _deep_but_legal_config(src)
+    elif text.startswith("{"):  # the hostile member beside the real (quantisation) config
+        text = text[:-1] + ", " + original.lstrip()[1:]
+    (src / "config.json").write_text(text, encoding="utf-8")
+    assert convert_main([str(src), str(tmp_path / "out.awq2"), "--quiet"]) == 1
+    assert "refused: [V1_BAD_CONFIG]" in capsys.readouterr().err
+    assert not (tmp_path / "out.awq2").exists() and _no_partials(tmp_path)
+
+
+def test_a_safetensors_header_nested_100000_deep_is_refused(tmp_path):
+    """Finding 4: a 200 KB safetensors header nested 100,000 deep raised RecursionError."""
+    header = ('{"w":' + _nested(100_000) + "}").encode()
+    path = tmp_path / "deep.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(reference.FormatError) as info:
+        reference.open(path)
+    assert info.value.code == "V1_INCOMPLETE" and "nested too deeply" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "words"),
+    [
+        (["model-00001-of-00002.safetensors"], "not an object"),
+        ("model-00001-of-00002.safetensors", "not an object"),
+        ({"a": "model-00001-of-00002.safetensors", "b": 7}, "not an object"),
+        ({"a": ["model-00001-of-00002.safetensors"]}, "not an object"),
+        ({"a": "../outside.safetensors"}, "outside the checkpoint folder"),
+        ({"a": "/tmp/outside.safetensors"}, "outside the checkpoint folder"),
+        ({"a": ".."}, "outside the checkpoint folder"),
+    ],
+    ids=["list", "string", "mixed-values", "list-values", "dotdot", "absolute", "parent"],
+)
+def test_a_hostile_shard_index_is_refused_before_any_shard_is_opened(tmp_path, weight_map, words):
+    """Finding 4: weight_map of the wrong type gave AttributeError/TypeError; a shard named
+    ../outside.safetensors was opened and parsed before being called "missing"."""
+    src = write_checkpoint(tmp_path / "ckpt", shards=2)
+    outside = tmp_path / "outside.safetensors"
+    os.mkfifo(outside)  # opening it would block or be refused as a FIFO, not as outside
+    index = src / "model.safetensors.index.json"
+    document = json.loads(index.read_text(encoding="utf-8"))
+    document["weight_map"] = weight_map
+    index.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(reference.FormatError) as info:
+        reference.open(src)
+    assert info.value.code == "V1_BAD_CONFIG" and words in info.value.message, info.value
