@@ -33,6 +33,7 @@ from reference.errors import FormatError, TensorNotFoundError, error
 from reference.files import open_regular
 from reference.layers import LinearLayer, dequantize_layer, shard
 from reference.metadata import lexical_depth, parse_metadata
+from reference.partial import NAME_MAX
 from reference.rules import TensorInfo, element_count, extent_fits
 from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH
 from spec.marlin import marlin_shape_ok
@@ -189,8 +190,8 @@ def _read_json(path: Path, *, limit: int = MAX_METADATA_LENGTH) -> dict[str, Any
     most ``limit`` bytes, depth measured before parsing, no duplicate keys, NaN, overlong or
     out-of-range numbers or unpaired surrogates, and an object at the top."""
     try:
-        with open_regular(path) as f:
-            raw = f.read(limit + 1)
+        with open_regular(path) as f:  # read what is there, not a buffer of the limit's size
+            raw = f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
     except OSError as exc:
         raise _legacy("V1_BAD_CONFIG", f"{path.name} cannot be read", offset=0,
                       expected="a readable file", found=exc.strerror or str(exc),
@@ -208,9 +209,11 @@ def _read_json(path: Path, *, limit: int = MAX_METADATA_LENGTH) -> dict[str, Any
 
 
 def _plain_file_name(name: str) -> bool:
-    """A file name with no folder part: no separator, not '.' or '..', no NUL [V1-3]."""
+    """A file name with no folder part: no separator, not '.' or '..', no NUL, and short
+    enough to be one (at most NAME_MAX bytes) [V1-3]."""
     return (
         name not in ("", ".", "..")
+        and len(name.encode("utf-8", "surrogatepass")) <= NAME_MAX
         and "/" not in name
         and os.sep not in name
         and "\0" not in name
@@ -284,7 +287,8 @@ def _weight_map(index: Path) -> dict[str, str]:
                       path=str(index))  # fmt: skip
     outside = sorted({file for file in weight_map.values() if not _plain_file_name(file)})
     if outside:
-        raise _legacy("V1_BAD_CONFIG", "the shard index names files outside the checkpoint folder",
+        message = "the shard index names files that are not plain names in the checkpoint folder"
+        raise _legacy("V1_BAD_CONFIG", message,
                       offset=0, expected="plain file names", found=outside[:5],
                       path=str(index))  # fmt: skip
     return weight_map

@@ -376,11 +376,21 @@ def test_a_safetensors_header_nested_100000_deep_is_refused(tmp_path):
         ("model-00001-of-00002.safetensors", "not an object"),
         ({"a": "model-00001-of-00002.safetensors", "b": 7}, "not an object"),
         ({"a": ["model-00001-of-00002.safetensors"]}, "not an object"),
-        ({"a": "../outside.safetensors"}, "outside the checkpoint folder"),
-        ({"a": "/tmp/outside.safetensors"}, "outside the checkpoint folder"),
-        ({"a": ".."}, "outside the checkpoint folder"),
+        ({"a": "../outside.safetensors"}, "not plain names in the checkpoint folder"),
+        ({"a": "/tmp/outside.safetensors"}, "not plain names in the checkpoint folder"),
+        ({"a": ".."}, "not plain names in the checkpoint folder"),
+        ({"a": "x" * 300 + ".safetensors"}, "not plain names in the checkpoint folder"),
     ],
-    ids=["list", "string", "mixed-values", "list-values", "dotdot", "absolute", "parent"],
+    ids=[
+        "list",
+        "string",
+        "mixed-values",
+        "list-values",
+        "dotdot",
+        "absolute",
+        "parent",
+        "300-bytes",
+    ],
 )
 def test_a_hostile_shard_index_is_refused_before_any_shard_is_opened(tmp_path, weight_map, words):
     """Finding 4: weight_map of the wrong type gave AttributeError/TypeError; a shard named
@@ -395,3 +405,18 @@ def test_a_hostile_shard_index_is_refused_before_any_shard_is_opened(tmp_path, w
     with pytest.raises(reference.FormatError) as info:
         reference.open(src)
     assert info.value.code == "V1_BAD_CONFIG" and words in info.value.message, info.value
+
+
+def test_a_small_json_file_is_read_without_a_buffer_of_the_limits_size(tmp_path):
+    """Found by the fuzzer: reading "at most 100 MB" of a 1 KB shard index allocated 100 MB."""
+    import tracemalloc
+
+    src = write_checkpoint(tmp_path / "ckpt", shards=2)
+    tracemalloc.start()
+    try:
+        with reference.open(src):
+            pass
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
