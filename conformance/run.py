@@ -234,7 +234,10 @@ def _collect(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, byt
                         exited_at = time.perf_counter()
                         sel.unregister(pidfd)
                         continue
-                    chunk = os.read(key.fd, 1 << 16)
+                    try:
+                        chunk = os.read(key.fd, 1 << 16)
+                    except BlockingIOError:  # readiness without data: wait again
+                        continue
                     if not chunk:
                         sel.unregister(key.fileobj)
                         pipes.discard(key.fileobj)  # type: ignore[arg-type]

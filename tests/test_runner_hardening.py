@@ -102,7 +102,15 @@ def _pids(path: Path) -> list[int]:
     return [int(p) for p in path.read_text().split()]
 
 
-def test_a_timeout_kills_the_loaders_children(tmp_path: Path, pids: Path) -> None:
+@pytest.fixture(params=["pidfd", "polled"])
+def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner waits for the loader's exit on a pidfd (Linux) or, elsewhere, polls for it:
+    both ways are tested."""
+    if request.param == "polled":
+        monkeypatch.setattr(run, "_pidfd", lambda pid: None)
+
+
+def test_a_timeout_kills_the_loaders_children(tmp_path: Path, pids: Path, exit_watch: None) -> None:
     """A loader that starts a long-sleeping child and then sleeps past the timeout: the
     child, not only the loader, is gone after the run."""
     manifest = _suite(tmp_path, ["n_bad_magic"])
@@ -116,7 +124,7 @@ def test_a_timeout_kills_the_loaders_children(tmp_path: Path, pids: Path) -> Non
 
 
 def test_a_background_child_holding_stdout_does_not_make_a_timeout(
-    tmp_path: Path, pids: Path
+    tmp_path: Path, pids: Path, exit_watch: None
 ) -> None:
     """A loader that prints its answer and exits 1 at once, leaving ``sleep 30 &`` with its
     stdout: judged by its answer, quickly, and the child is killed after the loader exits."""
