@@ -280,6 +280,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
     M("metadata_bom", _metadata_bom, "BAD_METADATA", ("META-1",), "validate", "UTF-8 byte order mark"),
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
+    M("metadata_duplicate_empty_key", _metadata(b'{"":1,"":2}'), "BAD_METADATA", ("META-2",), "validate", "the empty key given twice"),
     M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),
     M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
     M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),

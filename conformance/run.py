@@ -15,7 +15,18 @@ Verdicts: a ``y_`` vector passes when accepted with the expected content; an ``n
 vector when rejected with the expected code (a reject without a code passes with a
 note); an ``i_`` vector when accepted with the expected content or rejected with one
 of its listed codes.  Without ``--loader`` the reference implementation is checked.
-The runner reads only the manifest and the vectors: it never imports the reference.
+The runner judges by the manifest and the vectors alone: from the reference implementation it
+imports only ``reference.text``, the project's one escaping function, through which everything
+it prints that comes from a loader or a file passes (loader output, error codes and details,
+vector names).
+
+Each loader invocation runs in a session (process group) of its own, with stdin closed, on a
+private read-only copy of the vector in a temporary folder of its loader.  The verdict comes
+from the loader's own exit: its stdout is read up to :data:`STDOUT_LIMIT` (more is a crash),
+then for at most :data:`EXIT_GRACE` seconds after it exits (a background child may hold the
+pipe), and the whole group is killed on a timeout and after every exit, so that nothing a
+loader started outlives it.  A loader that changes the copy it was given fails on that vector,
+and the loaders after it still read the committed bytes.
 
 Two loaders are built in: ``--loader reference`` (the Python reference, run as a
 subprocess) and ``--loader c`` (the independent C loader of ``adapters/c``, compiled with
@@ -31,15 +42,24 @@ import hashlib
 import json
 import os
 import re
+import selectors
 import shlex
+import shutil
+import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as xml_escape
+from xml.sax.saxutils import quoteattr
+
+from reference.text import escape
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_LOADER = f"{shlex.quote(sys.executable)} -m conformance.adapters.reference {{file}}"
@@ -49,6 +69,18 @@ C_FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Wpedantic")
 BUILTIN_LOADERS = ("reference", "c")
 CLASSES = (("accept", "y_ must accept"), ("reject", "n_ must reject"), ("either", "i_ either"))
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]+$")
+#: At most this much of a loader's stdout is read; more is a crash.  The largest accept
+#: document of the suite, y_many_tensors', is under 0.5 MiB (``tests/test_runner_hardening.py``
+#: keeps the margin).
+STDOUT_LIMIT = 8 << 20
+#: The end of a loader's stderr that is kept: its last line is the detail of a reject or crash.
+STDERR_TAIL = 64 << 10
+#: Seconds for which output still in the pipes is read after the loader exits, before its
+#: process group is killed (a background child may hold the pipes open).
+EXIT_GRACE = 0.2
+#: Longest detail taken from a loader's stderr, in characters.
+DETAIL_LENGTH = 300
+_POSIX = os.name == "posix"
 
 
 @dataclass
@@ -130,26 +162,136 @@ def run_loader(loader: Loader, file: Path, timeout: float) -> tuple[str, Any, st
     argv = [a.replace("{file}", str(file)) for a in loader.argv]
     started = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, cwd=HERE.parent)
-    except subprocess.TimeoutExpired:
-        return "crash", None, f"timed out after {timeout:g} s", timeout
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=HERE.parent,
+            start_new_session=_POSIX,  # its own process group, killed as a whole
+        )
     except OSError as exc:
         return "crash", None, f"could not start: {exc}", 0.0
+    try:
+        out, err, status = _collect(proc, started + timeout)
+    finally:
+        _kill_group(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe:
+                pipe.close()
+        proc.wait()
     seconds = time.perf_counter() - started
-    out = proc.stdout.decode("utf-8", "replace")
-    err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-    tail = err[-1] if err else ""
-    if proc.returncode == 0:
+    tail = _last_line(err)
+    if status == "timeout":
+        return "crash", None, f"timed out after {timeout:g} s", timeout
+    if status == "flood":
+        return "crash", None, f"printed more than {STDOUT_LIMIT >> 20} MiB on stdout", seconds
+    returncode = proc.returncode
+    if returncode == 0:
         try:
-            doc = json.loads(out)
+            doc = json.loads(out.decode("utf-8", "replace"))
         except ValueError:
             return "crash", None, "exit 0 without a JSON document on stdout", seconds
         if not isinstance(doc, dict) or not isinstance(doc.get("tensors"), list):
             return "crash", None, "exit 0 with a document that is not adapter output", seconds
         return "accept", doc, "", seconds
-    if proc.returncode == 1:
-        return "reject", _reported_code(out), tail, seconds
-    return "crash", None, f"exit status {proc.returncode}: {tail}"[:300], seconds
+    if returncode == 1:
+        return "reject", _reported_code(out.decode("utf-8", "replace")), tail, seconds
+    return "crash", None, f"{_exit_status(returncode)}: {tail}", seconds
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes, str]:
+    """Read the loader's stdout (bounded) and stderr (its tail) until it has exited and its
+    pipes are closed, or :data:`EXIT_GRACE` after its exit, or the deadline: (stdout, stderr,
+    status), status ``"exit"``, ``"timeout"`` or ``"flood"``.  The loader is not reaped here,
+    so that its group id stays reserved until :func:`_kill_group` has run."""
+    out, err = bytearray(), bytearray()
+    pipes = {proc.stdout, proc.stderr}
+    pidfd = _pidfd(proc.pid)
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as sel:
+        for pipe in pipes:
+            assert pipe is not None
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ)
+        if pidfd is not None:
+            sel.register(pidfd, selectors.EVENT_READ)
+        try:
+            while True:
+                now = time.perf_counter()
+                if exited_at is None and pidfd is None and _exited(proc):
+                    exited_at = now
+                if exited_at is not None:
+                    if not pipes or now >= exited_at + EXIT_GRACE:
+                        return bytes(out), bytes(err), "exit"
+                    wait = exited_at + EXIT_GRACE - now
+                elif now >= deadline:
+                    return bytes(out), bytes(err), "timeout"
+                else:  # without a pidfd the exit is polled for
+                    wait = deadline - now if pidfd is not None else min(deadline - now, 0.01)
+                for key, _ in sel.select(wait):
+                    if key.fd == pidfd:
+                        exited_at = time.perf_counter()
+                        sel.unregister(pidfd)
+                        continue
+                    try:
+                        chunk = os.read(key.fd, 1 << 16)
+                    except BlockingIOError:  # readiness without data: wait again
+                        continue
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        pipes.discard(key.fileobj)  # type: ignore[arg-type]
+                    elif key.fileobj is proc.stdout:
+                        out += chunk
+                        if len(out) > STDOUT_LIMIT:
+                            return bytes(out), bytes(err), "flood"
+                    else:
+                        err += chunk
+                        del err[:-STDERR_TAIL]
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when the process exits (Linux), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """The loader has exited; not reaped where the platform can tell without reaping."""
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the loader's process group: the loader and whatever it left behind."""
+    if not _POSIX:
+        with suppress(OSError):
+            proc.kill()
+        return
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _last_line(err: bytes) -> str:
+    lines = err.decode("utf-8", "replace").strip().split("\n")
+    return lines[-1].strip()[:DETAIL_LENGTH]
+
+
+def _exit_status(returncode: int) -> str:
+    if returncode < 0:
+        with suppress(ValueError):
+            return f"killed by {signal.Signals(-returncode).name}"
+        return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
 
 
 def _reported_code(out: str) -> str | None:
@@ -245,29 +387,115 @@ def run(
     only: str | None = None,
 ) -> list[Outcome]:
     outcomes = []
-    for v in manifest["vectors"]:
-        if only and not re.search(only, v["id"]):
-            continue
-        for loader in loaders:
-            kind, result, detail, seconds = run_loader(loader, root / v["file"], timeout)
-            passed, why = judge(v, kind, result, detail)
-            code = result if kind == "reject" else None
-            outcomes.append(
-                Outcome(
-                    v["id"], loader.label, kind, passed, why, code, seconds, list(v["requirements"])
+    with private_folders(len(loaders)) as folders:
+        for v in manifest["vectors"]:
+            if only and not re.search(only, v["id"]):
+                continue
+            data = (root / v["file"]).read_bytes()
+            for loader, folder in zip(loaders, folders, strict=True):
+                copy = _private_copy(data, Path(v["file"]).name, folder)
+                kind, result, detail, seconds = run_loader(loader, copy, timeout)
+                passed, why = judge(v, kind, result, detail)
+                damage = _damage(copy, v["sha256"])
+                _clear(folder)
+                if damage:
+                    passed = False
+                    why = f"the loader {damage} its copy of {v['file']}" + (
+                        f"; {why}" if why else ""
+                    )
+                code = result if kind == "reject" else None
+                outcomes.append(
+                    Outcome(
+                        v["id"],
+                        loader.label,
+                        kind,
+                        passed,
+                        why,
+                        code,
+                        seconds,
+                        list(v["requirements"]),
+                    )
                 )
-            )
     return outcomes
 
 
+# ------------------------------------------------------------------- private copies of vectors
+
+
+@contextmanager
+def private_folders(count: int) -> Iterator[list[Path]]:
+    """``count`` empty temporary folders (one per loader), removed afterwards with whatever a
+    loader left in them."""
+    top = Path(tempfile.mkdtemp(prefix="awq2-conformance-"))
+    try:
+        folders = [top / str(i) for i in range(count)]
+        for folder in folders:
+            folder.mkdir()
+        yield folders
+    finally:
+        _make_writable(top)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _private_copy(data: bytes, name: str, folder: Path) -> Path:
+    """``data`` as ``folder/name``: the file mode 0444 in a folder of mode 0555, so that a
+    loader can change it only by changing the modes first."""
+    folder.chmod(0o700)
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    folder.chmod(0o555)
+    return path
+
+
+def _damage(path: Path, sha256: str) -> str:
+    """What the loader did to its copy (``"changed"``, ``"removed"``...), or ``""`` when the
+    copy still holds the vector's bytes."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return "removed"
+    except OSError as exc:
+        return f"replaced or made unreadable ({exc.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "replaced by something that is not a regular file"
+        digest = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return "" if digest.hexdigest() == sha256 else "changed"
+
+
+def _clear(folder: Path) -> None:
+    """Empty a loader's folder for its next vector."""
+    _make_writable(folder)
+    for path in folder.iterdir():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+
+
+def _make_writable(top: Path) -> None:
+    for folder, _, _ in os.walk(top):
+        with suppress(OSError):
+            os.chmod(folder, 0o700)
+
+
 # ------------------------------------------------------------------------------ reporting
+# Vector ids, requirement ids, error codes and details come from files and loaders: every one
+# is printed through escape() (reference.text), and written to the JUnit XML the same way, so
+# that no control character reaches a terminal or makes the XML invalid.
 
 
 def print_matrix(manifest: dict[str, Any], loaders: list[Loader], outcomes: list[Outcome]) -> None:
     by = {(o.vector, o.loader): o for o in outcomes}
-    width = max([len(v["id"]) for v in manifest["vectors"]] + [10])
+    width = max([len(escape(v["id"])) for v in manifest["vectors"]] + [10])
+    labels = [escape(ld.label) for ld in loaders]
     # wide enough for the label and "FAIL " plus the longest error code of the registry
-    cols = [max(len(ld.label), 26) for ld in loaders]
+    cols = [max(len(label), 26) for label in labels]
     for expect, title in CLASSES:
         vectors = [
             v
@@ -281,17 +509,17 @@ def print_matrix(manifest: dict[str, Any], loaders: list[Loader], outcomes: list
             "  "
             + "vector".ljust(width)
             + "  "
-            + "  ".join(ld.label.ljust(c) for ld, c in zip(loaders, cols, strict=True)).rstrip()
+            + "  ".join(label.ljust(c) for label, c in zip(labels, cols, strict=True)).rstrip()
         )
         for v in vectors:
             cells = []
             for ld, c in zip(loaders, cols, strict=True):
                 o = by[(v["id"], ld.label)]
-                mark = ("ok " if o.passed else "FAIL ") + (
+                mark = ("ok " if o.passed else "FAIL ") + escape(
                     o.code or o.kind if o.kind != "accept" else "accept"
                 )
                 cells.append(mark[:c].ljust(c))
-            print(("  " + v["id"].ljust(width) + "  " + "  ".join(cells)).rstrip())
+            print(("  " + escape(v["id"]).ljust(width) + "  " + "  ".join(cells)).rstrip())
 
 
 def print_failures(outcomes: list[Outcome]) -> None:
@@ -300,11 +528,12 @@ def print_failures(outcomes: list[Outcome]) -> None:
     if failures:
         print(f"\nfailures ({len(failures)}):")
         for o in failures:
-            print(f"  [{o.loader}] {o.vector} ({', '.join(o.requirements)}): {o.detail}")
+            cited = escape(", ".join(o.requirements))
+            print(f"  [{escape(o.loader)}] {escape(o.vector)} ({cited}): {escape(o.detail)}")
     if notes:
         print(f"\nnotes ({len(notes)}):")
         for o in notes[:20]:
-            print(f"  [{o.loader}] {o.vector}: {o.detail}")
+            print(f"  [{escape(o.loader)}] {escape(o.vector)}: {escape(o.detail)}")
 
 
 def print_summary(manifest: dict[str, Any], loaders: list[Loader], outcomes: list[Outcome]) -> None:
@@ -318,7 +547,8 @@ def print_summary(manifest: dict[str, Any], loaders: list[Loader], outcomes: lis
                 parts.append(f"{title.split()[0]} {sum(o.passed for o in mine)}/{len(mine)}")
         total = [o for o in outcomes if o.loader == ld.label]
         passed = sum(o.passed for o in total)
-        print(f"  {ld.label}: {', '.join(parts)}; {passed} passed, {len(total) - passed} failed")
+        failed = len(total) - passed
+        print(f"  {escape(ld.label)}: {', '.join(parts)}; {passed} passed, {failed} failed")
 
 
 def write_report_json(path: Path, outcomes: list[Outcome]) -> None:
@@ -330,14 +560,15 @@ def write_junit(path: Path, loaders: list[Loader], outcomes: list[Outcome]) -> N
     for ld in loaders:
         mine = [o for o in outcomes if o.loader == ld.label]
         failed = sum(not o.passed for o in mine)
-        suite = quoteattr("awq2-conformance " + ld.label)
+        suite = quoteattr("awq2-conformance " + escape(ld.label))
         lines.append(f'  <testsuite name={suite} tests="{len(mine)}" failures="{failed}">')
         for o in mine:
-            case = f"classname={quoteattr(ld.label)} name={quoteattr(o.vector)}"
+            case = f"classname={quoteattr(escape(ld.label))} name={quoteattr(escape(o.vector))}"
             lines.append(f'    <testcase {case} time="{o.seconds:.3f}">')
             if not o.passed:
-                cited = escape(", ".join(o.requirements))
-                lines.append(f"      <failure message={quoteattr(o.detail)}>{cited}</failure>")
+                cited = xml_escape(escape(", ".join(o.requirements)))
+                message = quoteattr(escape(o.detail))
+                lines.append(f"      <failure message={message}>{cited}</failure>")
             lines.append("    </testcase>")
         lines.append("  </testsuite>")
     lines.append("</testsuites>")
@@ -385,10 +616,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = load_manifest(args.manifest)
         damaged = check_files(manifest, args.manifest.parent)
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape(str(exc))}", file=sys.stderr)
         return 2
     if damaged:
-        print(f"error: vectors differ from the manifest's sha256: {damaged[:5]}", file=sys.stderr)
+        shown = ", ".join(map(escape, damaged[:5]))
+        print(f"error: vectors differ from the manifest's sha256: {shown}", file=sys.stderr)
         return 2
     try:
         loaders = [
@@ -396,7 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for s in (args.loader or ["reference"])
         ]
     except BuildError as exc:
-        print(f"error: the C loader did not build:\n{exc}", file=sys.stderr)
+        output = "\n".join(map(escape, str(exc).split("\n")))
+        print(f"error: the C loader did not build:\n{output}", file=sys.stderr)
         return 2
     if len({ld.label for ld in loaders}) != len(loaders):
         print("error: two loaders share a label; name them with LABEL=CMD", file=sys.stderr)

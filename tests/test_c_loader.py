@@ -72,3 +72,63 @@ def test_build_failure_is_status_2(
     assert run.main(["--loader", "c"]) == 2
     err = capsys.readouterr().err
     assert "did not build" in err and "no compiler here" in err
+
+
+# ------------------------------------------------------------ issue 12, findings 6 and 9
+
+
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The loader under AddressSanitizer and UndefinedBehaviorSanitizer, as `make sanitize`
+    and CI build it; a report aborts the run."""
+    out = tmp_path_factory.mktemp("c-loader-asan") / "awq2c-asan"
+    flags = ("-Werror", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+    return run.build_c_loader(out, extra_flags=flags)
+
+
+def test_duplicate_empty_keys_are_rejected_under_the_sanitizers(
+    sanitized: Path, binary: Path, tmp_path: Path
+) -> None:
+    """Metadata {"":1,"":2}: both builds reject it with the reference's code, and the
+    sanitizers report nothing (the duplicate-key check never passes a null pointer to memcmp,
+    even for length 0)."""
+    from conformance import generate
+    from conformance.mutations import MUTATION_BY_ID
+
+    mutation = MUTATION_BY_ID["metadata_duplicate_empty_key"]
+    path = tmp_path / "dup.awq2"
+    path.write_bytes(generate.mutated(mutation, generate.base_bytes(mutation.base)))
+    env = {**os.environ, "ASAN_OPTIONS": "exitcode=86", "UBSAN_OPTIONS": "exitcode=86"}
+    for loader in (sanitized, binary):
+        proc = subprocess.run([str(loader), str(path)], capture_output=True, text=True, env=env)
+        assert proc.returncode == 1, (loader.name, proc)
+        assert proc.stdout.split()[0] == mutation.code == "BAD_METADATA", proc
+        assert "runtime error" not in proc.stderr and "Sanitizer" not in proc.stderr, proc
+
+
+def _not_regular(tmp_path: Path, kind: str) -> str:
+    if kind == "a FIFO":
+        os.mkfifo(tmp_path / "fifo.awq2")
+        return str(tmp_path / "fifo.awq2")
+    return {"a character device": "/dev/zero", "a folder": str(tmp_path)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["a character device", "a folder", "a FIFO"])
+@pytest.mark.parametrize("adapter", ["c", "reference"])
+def test_devices_folders_and_fifos_are_refused_at_once(
+    adapter: str, kind: str, binary: Path, tmp_path: Path
+) -> None:
+    """Findings 6 and 9: anything that is not a regular file is refused as an unreadable
+    input, exit status 3, with the reason in one line on stderr (never "Success", never a
+    traceback), by the C loader and the reference adapter alike; a FIFO without a writer is
+    refused at once, not waited on (the timeout turns a hang into a failure)."""
+    path = _not_regular(tmp_path, kind)
+    if adapter == "c":
+        command, prefix = [str(binary)], "awq2c"
+    else:
+        command, prefix = [sys.executable, "-m", "conformance.adapters.reference"], "error"
+    proc = subprocess.run([*command, path], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert proc.returncode == 3, proc
+    assert proc.stdout == "", proc
+    reason = f"{prefix}: cannot read {path}: not a regular file ({kind})"
+    assert proc.stderr.strip().splitlines() == [reason], proc

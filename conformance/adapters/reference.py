@@ -5,6 +5,10 @@ Usage: ``python -m conformance.adapters.reference FILE``.
 Protocol (docs/conformance/index.md): full validation and every checksum; on success exit 0
 and print the adapter JSON document (``conformance/schema/adapter-output.schema.json``);
 on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "message": ...}}``.
+Exit 2: usage error.  Exit 3: the file cannot be read (missing, or not a regular file: a folder,
+a FIFO, a device, refused at once by ``reference.files.open_regular``), with the reason in one
+line on stderr, as ``python -m reference.dump`` says it; or any other exception (a crash, with
+its traceback).  The C loader (``adapters/c``) uses the same statuses.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ import numpy as np
 
 import reference
 from reference.layers import unpack
+from reference.text import escape
+
+EXIT_USAGE = 2
+EXIT_FAILED = 3
 
 
 def _sha(array: np.ndarray) -> str:
@@ -73,15 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m conformance.adapters.reference FILE", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         doc = describe(args[0])
     except reference.FormatError as exc:
         print(json.dumps({"error": exc.to_dict()}))
         return 1
+    except OSError as exc:  # an unreadable input is no reject (exit 1) either
+        print(f"error: cannot read {escape(args[0])}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception:  # any other exception is a crash, never a reject (exit 1)
         traceback.print_exc()
-        return 3
+        return EXIT_FAILED
     print(json.dumps(doc, ensure_ascii=False))
     return 0
 

@@ -121,6 +121,8 @@ void awq2_sha256_init(awq2_sha256 *s)
 
 void awq2_sha256_update(awq2_sha256 *s, const uint8_t *data, size_t len)
 {
+    if (!len) /* data may be NULL then: memcpy must not see it (C11 7.24.1p2) */
+        return;
     s->total += len;
     if (s->used) {
         size_t take = 64 - s->used < len ? 64 - s->used : len;

@@ -83,7 +83,9 @@ static int key_cmp(const void *a, const void *b)
 {
     const key_ref *x = a, *y = b;
     size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(sort_arena + x->off, sort_arena + y->off, n);
+    /* The arena is NULL while every key so far is empty: never memcmp a null pointer,
+     * even for length 0 (C11 7.24.1p2). */
+    int c = n ? memcmp(sort_arena + x->off, sort_arena + y->off, n) : 0;
     if (c)
         return c;
     return (x->len > y->len) - (x->len < y->len);
