@@ -39,14 +39,22 @@ _OPENERS[[ord("["), ord("{")]] = 1
 _OPENERS[[ord("]"), ord("}")]] = -1
 
 
+#: Bytes counted per step of :func:`lexical_depth`: its memory is this times 8, whatever the
+#: size of the text (a 100 MB safetensors header included).
+_DEPTH_CHUNK = 1 << 20
+
+
 def lexical_depth(raw: bytes) -> int:
     """META-6: the deepest nesting of the text, strings skipped; malformed text included
     (closing brackets are counted even below zero)."""
-    outside = _STRING.sub(b"", raw)
-    if not outside:
-        return 0
-    steps = _OPENERS[np.frombuffer(outside, np.uint8)].astype(np.int64)
-    return max(int(np.cumsum(steps).max()), 0)
+    outside = np.frombuffer(_STRING.sub(b"", raw), np.uint8)
+    level = deepest = 0
+    for start in range(0, len(outside), _DEPTH_CHUNK):
+        running = np.cumsum(_OPENERS[outside[start : start + _DEPTH_CHUNK]], dtype=np.int64)
+        running += level
+        deepest = max(deepest, int(running.max()))
+        level = int(running[-1])
+    return deepest
 
 
 def _bad(offset: int, message: str, found: str, expected: str = "a JSON object") -> Exception:
