@@ -68,7 +68,13 @@ def _worker(conn: mpc.Connection, seeds: list[Seed], config: Config, run_dir: Pa
             number = conn.recv()
             if number is None:
                 break
-            item = make_input(seeds, config.seed, number)
+            try:
+                item = make_input(seeds, config.seed, number)
+            except Exception as exc:  # a bug of the fuzzer itself: reported, not a death
+                site = "tools/fuzz (building the input)"
+                conn.send(Result(number, 0, "unexpected", exc_type=type(exc).__name__, site=site,
+                                 message=str(exc)[:300], stage="make_input"))  # fmt: skip
+                continue
             traced = config.traced(number)
             conn.send(run_one(folder, number, item.files, item.targets, item.base.names, traced,
                               item.convert))  # fmt: skip
@@ -160,7 +166,10 @@ def save_input(
     if folder is None:
         return ""
     folder.mkdir(parents=True, exist_ok=True)
-    item = make_input(seeds, seed, number)
+    try:
+        item = make_input(seeds, seed, number)
+    except Exception as exc:  # reported with the result already
+        return f"(not built: {type(exc).__name__})"
     stem = folder / f"{kind}-{seed}-{number}"
     where = write_input(item, stem.with_name(stem.name + item.suffix))
     recipe = "\n".join(f"  {s}" for s in item.steps)

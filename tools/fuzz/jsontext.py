@@ -268,7 +268,10 @@ def _weight_map(
         return (text, f"weight_map[{n!r}] = {raw!r}") if text is not None else None
     elif how == 4:  # a tensor moved to another shard, or listed twice
         n = rng.choice(names)
-        shards = sorted(set(wm.values()) | {f for f in folder if f.endswith(".safetensors")})
+        shards = sorted(
+            {v for v in wm.values() if isinstance(v, str)}
+            | {f for f in folder if f.endswith(".safetensors")}
+        )
         wm[n] = rng.choice(shards)
         step = f"weight_map[{n!r}] = {wm[n]!r}"
     else:  # keys: an absent tensor, an empty name, one removed

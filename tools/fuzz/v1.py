@@ -35,7 +35,7 @@ def st_split(data: bytes | bytearray) -> tuple[Any, bytes] | None:
         return None
     try:
         return json.loads(bytes(data[8 : 8 + length])), bytes(data[8 + length :])
-    except ValueError:
+    except (ValueError, RecursionError):  # a header nested past Python's own limit
         return None
 
 
@@ -161,7 +161,10 @@ def _st_header(m: Mutant) -> None:
             spec[key] = rng.choice(values)
             m.steps.append(f"{name}.{key} = {spec[key]!r} (was {current!r})")
         header[name] = spec
-    m.ed.data = bytearray(st_join(header, buffer))
+    try:
+        m.ed.data = bytearray(st_join(header, buffer))
+    except (ValueError, RecursionError):
+        return overwrite(m)
     m.structured = True
     return None
 
