@@ -1,9 +1,13 @@
-"""Seeds and mutators of AWQ v1 inputs: a safetensors file and the config.json beside it.
+"""Seeds and mutators of AWQ v1 inputs: checkpoint folders.
 
-``reference.open`` reads a file that starts like safetensors (u64 length, then ``{``) as an
-AWQ v1 checkpoint, with config.json from its folder [V1-1]; these seeds and mutators cover
-that path: edits of the JSON header (the length prefix follows), reshapes that keep the
-payloads consistent, and edits of the quantisation fields of config.json.
+``reference.open`` reads a folder, or a file that starts like safetensors (u64 length, then
+``{``), as an AWQ v1 checkpoint, with config.json or quant_config.json from its folder [V1-1].
+:func:`lay_out` makes a seed a folder (``Mutant.files``): one ``model.safetensors`` or 2-3
+shards with ``model.safetensors.index.json``, and ``config.json`` (``quantization_config``),
+the legacy ``quant_config.json``, both or neither.  The mutators: edits of a shard's JSON
+header (the length prefix follows), reshapes that keep the payloads consistent, byte-level
+edits of a shard, edits of the quantisation fields of config.json, the JSON mutators of
+:mod:`tools.fuzz.jsontext` on every JSON file, and files removed, emptied, copied or added.
 """
 
 from __future__ import annotations
