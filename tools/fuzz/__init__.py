@@ -3,12 +3,14 @@
 Usage::
 
     python -m tools.fuzz [--inputs N] [--seconds S] [--seed K] [--save-crashes DIR]
-                         [--workers W] [--timeout T] [--trace-every N] [--replay N]
+                         [--workers W] [--timeout T] [--trace-every N] [--only v1|v2]
+                         [--replay N [--out PATH]]
 
-Every vector in ``conformance/manifest.json`` is a seed, and so are two AWQ v1 checkpoints.
+Every vector in ``conformance/manifest.json`` is a seed, and so are two AWQ v1 checkpoints
+(``--only`` keeps one kind; input N then differs, so ``--replay`` needs the same ``--only``).
 Each input is one seed with one to four mutations applied, chosen by a ``random.Random``
 seeded with ``"{seed}/{input number}"``, so any input can be rebuilt from its number alone
-(``--replay N`` writes it out):
+(``--replay N`` writes it out: an AWQ-v2 file, or an AWQ v1 checkpoint folder):
 
 * bit flips, byte overwrites (random and "interesting" 1/2/4/8-byte values), truncations,
   extensions, insertions and deletions, and splices of two seed files;
@@ -20,16 +22,27 @@ seeded with ``"{seed}/{input number}"``, so any input can be rebuilt from its nu
   the index length, a 64 KiB block inserted before the index);
 * after most structure-aware edits the checksums are recomputed (``conformance.surgery``'s
   ``FileEditor.refresh``, sometimes partially) so the input gets past the CRCs into the deep
-  checks.
+  checks;
+* an AWQ v1 input is a checkpoint folder: one ``model.safetensors`` or 2-3 shards with
+  ``model.safetensors.index.json``, and ``config.json``, the legacy ``quant_config.json``,
+  both or neither; besides edits of the shards, structure-aware edits of every JSON file
+  (:mod:`tools.fuzz.jsontext`: wrong types, nesting up to 100,000 levels, members over
+  16 MiB, NaN and other numbers JSON forbids, lone surrogates, control characters, invalid
+  UTF-8, a BOM, duplicate keys, ``weight_map`` names that leave the folder or are not plain
+  names) and byte-level edits of their text.
 
 Each input runs in a long-lived worker process (one per CPU, restarted after a timeout or a
 crash) over the whole reader path: ``reference.open``, ``validate()``, ``entry()``, ``tensor()``
 and ``in`` for every name (plus absent names), ``linear()`` and ``dequantize()`` of every layer,
-``metadata``, ``entries()``, ``tensors()``, ``read_into()``, ``verify()``.  An input passes when
-it is accepted or only ``reference.FormatError`` (or ``KeyError`` for a name that is not there)
-escapes.  Anything else is an unexpected exception; a worker that dies (a signal), an input over
-the time limit, and an input whose peak memory (tracemalloc peak, or growth of the worker's
-``ru_maxrss``) exceeds its file size + 64 MiB are reported too, and make the exit status 1.
+``metadata``, ``entries()``, ``tensors()``, ``read_into()``, ``verify()``; for an AWQ v1 input
+over the folder (and the single file, when it is one), then the converter's planning path
+(``reference.convert.make_plan(src, hash_sources=False)`` and ``plan.sizes()``), and for 2% of
+them ``reference.convert.main([src, dst, "--quiet"])``, which must return one of its documented
+statuses (0-3).  An input passes when it is accepted or only ``reference.FormatError`` (or
+``KeyError`` for a name that is not there) escapes.  Anything else is an unexpected
+exception; a worker that dies (a signal), an input over the time limit, and an input whose
+peak memory (tracemalloc peak, or growth of the worker's ``ru_maxrss``) exceeds its size (all
+its files) + 64 MiB are reported too, and make the exit status 1.
 
 Also reported, for information: files that ``validate()`` accepted but a later lookup or layer
 call rejected with a ``FormatError`` (checks the lazy path makes and full validation does not).
@@ -43,7 +56,9 @@ The modules, one job each:
 ``awq2``
     the structure-aware mutators of AWQ-v2 files and the checksum refresh;
 ``v1``
-    the AWQ v1 (safetensors + config.json) seeds and mutators;
+    the AWQ v1 seeds, their checkpoint-folder layouts and their mutators;
+``jsontext``
+    the mutators of the JSON files of an AWQ v1 checkpoint (text-level, structure-aware);
 ``inputs``
     the seeds, and input ``number`` of ``--seed K``;
 ``target``

@@ -10,40 +10,58 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import tempfile
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 import tools.fuzz
 from tools.fuzz.harness import fuzz
-from tools.fuzz.inputs import load_seeds, make_input
+from tools.fuzz.inputs import FOLDER, load_seeds, make_input, write_input
+from tools.fuzz.mutant import Seed
 from tools.fuzz.report import report
-from tools.fuzz.target import State, exercise
+from tools.fuzz.target import State, convert, exercise
+
+
+def _seeds(args: argparse.Namespace) -> list[Seed]:
+    only = "v2" if args.v2_only else args.only
+    return load_seeds(with_v1=only != "v2", with_v2=only != "v1")
 
 
 def replay(args: argparse.Namespace) -> int:
-    """Write input --replay N to a file and run it here, in this process (for debugging)."""
-    seeds = load_seeds(not args.v2_only)
-    item = make_input(seeds, args.seed, args.replay)
-    out = Path(args.out or f"fuzz-input-{args.seed}-{args.replay}.awq2")
-    out.write_bytes(item.data)
-    if item.config is not None:
-        (out.parent / "config.json").write_bytes(item.config)
-        print(f"wrote {out.parent / 'config.json'} too (AWQ v1 input)")
+    """Write input --replay N out (an AWQ-v2 file, or an AWQ v1 checkpoint folder) and run
+    it here, in this process (for debugging)."""
+    item = make_input(_seeds(args), args.seed, args.replay)
+    out = Path(args.out or f"fuzz-input-{args.seed}-{args.replay}{item.suffix}")
+    first = write_input(item, out)
+    folder = first.parent if item.targets[0] != FOLDER else first
     print(
-        f"input {args.replay} (--seed {args.seed}): base {item.base.id}, {len(item.data)} bytes "
-        f"-> {out}"
+        f"input {args.replay} (--seed {args.seed}): base {item.base.id}, {item.size} bytes "
+        f"-> {first if not item.v1 else folder}"
+        + (f" ({', '.join(sorted(item.files))})" if item.v1 else "")
     )
     for s in item.steps:
         print(f"  {s}")
-    st = State()
-    try:
-        exercise(out, item.base.names, st)
-    except Exception:
-        traceback.print_exc()
-        print(f"stage: {st.stage}")
-        return 1
-    print("accepted" if st.code is None else f"rejected: {st.code}")
+    for target in item.targets:
+        st = State()
+        path = folder / target if item.v1 else first
+        try:
+            exercise(path, item.base.names, st)
+        except Exception:
+            traceback.print_exc()
+            print(f"{path}: stage {st.stage}")
+            return 1
+        print(f"{path}: " + ("accepted" if st.code is None else f"rejected: {st.code}"))
+    if item.convert:
+        st = State()
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                convert(folder / item.targets[0], Path(scratch), st)
+        except Exception:
+            traceback.print_exc()
+            print(f"stage: {st.stage}")
+            return 1
+        print("reference.convert.main: a documented status")
     return 0
 
 
@@ -73,13 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--progress", type=float, default=30.0, help="seconds between lines")
     parser.add_argument(
-        "--v2-only",
-        action="store_true",
-        help="no AWQ v1 (safetensors) seeds, only the conformance vectors",
+        "--only",
+        choices=("v1", "v2"),
+        help="only the AWQ v1 seeds (checkpoint files and folders) or only the AWQ-v2 "
+        "conformance vectors; input N differs with it, so --replay needs it too",
     )
+    parser.add_argument("--v2-only", action="store_true", help="the same as --only v2")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--replay", type=int, metavar="N", help="rebuild and run input N here")
-    parser.add_argument("--out", help="file for --replay")
+    parser.add_argument(
+        "--out",
+        help="where --replay writes: the file (AWQ-v2) or the folder (AWQ v1) to write",
+    )
     return parser
 
 
@@ -93,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # started in the background by a shell that made SIGINT ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    seeds = load_seeds(not args.v2_only)
+    seeds = _seeds(args)
     summary = fuzz(args, seeds)
     report(summary, args, len(seeds))
     return 1 if summary.failed else 0

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.fuzz.inputs import make_input
+from tools.fuzz.inputs import make_input, write_input
 from tools.fuzz.mutant import Seed
 from tools.fuzz.target import Result, run_one
 
@@ -60,7 +60,6 @@ def _worker(conn: mpc.Connection, seeds: list[Seed], config: Config, run_dir: Pa
     parent = os.getppid()
     folder = run_dir / str(os.getpid())  # the parent removes run_dir, even after a SIGKILL
     folder.mkdir()
-    path = folder / "input.awq2"
     try:
         while True:
             while not conn.poll(1.0):  # other workers hold our pipe too: watch the parent
@@ -69,13 +68,16 @@ def _worker(conn: mpc.Connection, seeds: list[Seed], config: Config, run_dir: Pa
             number = conn.recv()
             if number is None:
                 break
-            item = make_input(seeds, config.seed, number)
-            beside = folder / "config.json"
-            if item.config is None:
-                beside.unlink(missing_ok=True)
-            else:
-                beside.write_bytes(item.config)
-            conn.send(run_one(path, number, item.data, item.base.names, config.traced(number)))
+            try:
+                item = make_input(seeds, config.seed, number)
+            except Exception as exc:  # a bug of the fuzzer itself: reported, not a death
+                site = "tools/fuzz (building the input)"
+                conn.send(Result(number, 0, "unexpected", exc_type=type(exc).__name__, site=site,
+                                 message=str(exc)[:300], stage="make_input"))  # fmt: skip
+                continue
+            traced = config.traced(number)
+            conn.send(run_one(folder, number, item.files, item.targets, item.base.names, traced,
+                              item.convert))  # fmt: skip
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
@@ -164,18 +166,19 @@ def save_input(
     if folder is None:
         return ""
     folder.mkdir(parents=True, exist_ok=True)
-    item = make_input(seeds, seed, number)
+    try:
+        item = make_input(seeds, seed, number)
+    except Exception as exc:  # reported with the result already
+        return f"(not built: {type(exc).__name__})"
     stem = folder / f"{kind}-{seed}-{number}"
-    stem.with_suffix(".awq2").write_bytes(item.data)
-    if item.config is not None:
-        stem.with_suffix(".config.json").write_bytes(item.config)
+    where = write_input(item, stem.with_name(stem.name + item.suffix))
     recipe = "\n".join(f"  {s}" for s in item.steps)
     stem.with_suffix(".txt").write_text(
         f"input {number} of --seed {seed}: {kind}\nbase: {item.base.id}\nmutations:\n{recipe}\n\n"
         f"{detail}\n",
         encoding="utf-8",
     )
-    return str(stem.with_suffix(".awq2"))
+    return str(where)
 
 
 def fuzz(args: argparse.Namespace, seeds: list[Seed]) -> Summary:

@@ -36,7 +36,7 @@ class Mutant:
     steps: list[str] = field(default_factory=list)
     touched: set[int] = field(default_factory=set)
     structured: bool = False
-    config: bytes | None = None
+    files: dict[str, bytes] = field(default_factory=dict)  # AWQ v1: the checkpoint folder
 
     @property
     def data(self) -> bytearray:

@@ -11,8 +11,11 @@ memory is measured per input (peak RSS growth, and the tracemalloc peak when tra
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import resource
+import shutil
+import tempfile
 import time
 import traceback
 import tracemalloc
@@ -24,7 +27,9 @@ from typing import Any
 import numpy as np
 
 import reference
+import reference.convert
 from reference.errors import FormatError, TensorNotFoundError
+from reference.v1 import V1Reader
 from tools import ROOT
 
 #: The fuzzer's own folder: its frames are not where an exception comes from.
@@ -54,6 +59,7 @@ class State:
 
     def __init__(self) -> None:
         self.stage = "open"
+        self.target = ""  # the file or folder (".") of the input being read
         self.code: str | None = None
         self.validated = False
         self.lazy: list[tuple[str, str]] = []
@@ -145,10 +151,47 @@ def exercise(path: Path, hints: Sequence[str], st: State) -> None:
         except FormatError as exc:
             if st.code is None:
                 st.code = exc.code
+        if isinstance(reader, V1Reader):  # the converter's planning path (encodes metadata)
+            plan = _call(st, "make_plan", lambda: reference.convert.make_plan(reader,
+                         hash_sources=False))  # fmt: skip
+            if plan is not None:
+                _call(st, "plan.sizes", plan.sizes)
     finally:
         stage, st.stage = st.stage, "close"
         reader.close()
         st.stage = stage
+
+
+class ConvertStatus(Exception):
+    """``reference.convert.main`` returned a status it does not document, or exited."""
+
+
+def convert(src: Path, scratch: Path, st: State) -> None:
+    """``python -m reference.convert SRC DST --quiet`` into a new folder in ``scratch``: it
+    must return 0, 1, 2 or 3 (its documented statuses) and never raise."""
+    st.stage = "convert"
+    out = Path(tempfile.mkdtemp(prefix="convert-", dir=scratch))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            status = reference.convert.main([str(src), str(out / "out.awq2"), "--quiet"])
+    except SystemExit as exc:
+        raise ConvertStatus(f"reference.convert.main exited with {exc.code!r}") from exc
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    if status not in (0, 1, 2, 3):
+        raise ConvertStatus(f"reference.convert.main returned {status!r}")
+
+
+def write_folder(folder: Path, files: dict[str, bytes]) -> None:
+    """Make ``folder`` hold exactly ``files`` (what an earlier input left is removed)."""
+    for p in folder.iterdir():
+        if p.name not in files:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
 
 
 def _site(exc: BaseException) -> str:
@@ -184,19 +227,39 @@ def _reset_peak_rss() -> bool:
     return True
 
 
-def run_one(path: Path, number: int, data: bytes, hints: Sequence[str], trace: bool) -> Result:
-    """One input; peak memory is the growth of the peak RSS during it (VmHWM reset before it,
-    else ru_maxrss growth) and, when ``trace``, the tracemalloc peak."""
-    path.write_bytes(data)
+def run_one(
+    folder: Path,
+    number: int,
+    files: dict[str, bytes],
+    targets: Sequence[str],
+    hints: Sequence[str],
+    trace: bool,
+    with_convert: bool = False,
+) -> Result:
+    """One input: ``files`` written to ``folder``, the reader path over each of ``targets``
+    (file names in it, or ``"."`` for the folder; a file an edit removed is skipped), then the
+    converter when ``with_convert``.
+    Its code is the first target's.  Peak memory is the growth of the peak RSS during it
+    (VmHWM reset before it, else ru_maxrss growth) and, when ``trace``, the tracemalloc peak."""
+    write_folder(folder, files)
     st = State()
+    states = [st]
     exact = _reset_peak_rss()
     rss0 = _rss_status()[0] if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if trace:
         tracemalloc.start(1)
     started = time.perf_counter()
-    result = Result(number, len(data), "rejected")
+    result = Result(number, sum(map(len, files.values())), "rejected")
     try:
-        exercise(path, hints, st)
+        for i, target in enumerate(t for t in targets if t == "." or t in files):
+            if i:
+                states.append(st := State())
+            st.target = target
+            exercise(folder / target, hints, st)
+        if with_convert:
+            states.append(st := State())
+            st.target = targets[0]
+            convert(folder / targets[0], folder.parent, st)
     except Exception as exc:  # the finding: anything but FormatError / TensorNotFoundError
         result.outcome = "unexpected"
         result.exc_type = type(exc).__name__
@@ -212,9 +275,9 @@ def run_one(path: Path, number: int, data: bytes, hints: Sequence[str], trace: b
         _rss_status()[1] if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     )
     result.rss_growth = max(0, peak_rss - rss0)
-    result.stage = st.stage
-    result.code = st.code
-    result.lazy_after_valid = st.lazy[:4]
+    result.stage = st.stage if len(targets) == 1 else f"{st.target}: {st.stage}"
+    result.code = states[0].code
+    result.lazy_after_valid = [x for s in states for x in s.lazy][:4]
     if result.outcome != "unexpected":
-        result.outcome = "accepted" if st.code is None else "rejected"
+        result.outcome = "accepted" if states[0].code is None else "rejected"
     return result

@@ -1,13 +1,18 @@
-"""Seeds and mutators of AWQ v1 inputs: a safetensors file and the config.json beside it.
+"""Seeds and mutators of AWQ v1 inputs: checkpoint folders.
 
-``reference.open`` reads a file that starts like safetensors (u64 length, then ``{``) as an
-AWQ v1 checkpoint, with config.json from its folder [V1-1]; these seeds and mutators cover
-that path: edits of the JSON header (the length prefix follows), reshapes that keep the
-payloads consistent, and edits of the quantisation fields of config.json.
+``reference.open`` reads a folder, or a file that starts like safetensors (u64 length, then
+``{``), as an AWQ v1 checkpoint, with config.json or quant_config.json from its folder [V1-1].
+:func:`lay_out` makes a seed a folder (``Mutant.files``): one ``model.safetensors`` or 2-3
+shards with ``model.safetensors.index.json``, and ``config.json`` (``quantization_config``),
+the legacy ``quant_config.json``, both or neither.  The mutators: edits of a shard's JSON
+header (the length prefix follows), reshapes that keep the payloads consistent, byte-level
+edits of a shard, edits of the quantisation fields of config.json, the JSON mutators of
+:mod:`tools.fuzz.jsontext` on every JSON file, and files removed, emptied, copied or added.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import tempfile
@@ -17,8 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from conformance.surgery import FileEditor
 from reference.examples import LlamaShape, write_checkpoint
 from spec.registry import DTYPES
+from tools.fuzz import jsontext
+from tools.fuzz.jsontext import CONFIG, INDEX, JSON_FILES, QUANT_CONFIG
 from tools.fuzz.mutant import Mutant, Seed, bitflip, extend, overwrite, truncate
 
 
@@ -31,7 +39,7 @@ def st_split(data: bytes | bytearray) -> tuple[Any, bytes] | None:
         return None
     try:
         return json.loads(bytes(data[8 : 8 + length])), bytes(data[8 + length :])
-    except ValueError:
+    except (ValueError, RecursionError):  # a header nested past Python's own limit
         return None
 
 
@@ -157,7 +165,10 @@ def _st_header(m: Mutant) -> None:
             spec[key] = rng.choice(values)
             m.steps.append(f"{name}.{key} = {spec[key]!r} (was {current!r})")
         header[name] = spec
-    m.ed.data = bytearray(st_join(header, buffer))
+    try:
+        m.ed.data = bytearray(st_join(header, buffer))
+    except (ValueError, RecursionError):
+        return overwrite(m)
     m.structured = True
     return None
 
@@ -173,40 +184,203 @@ CONFIG_VALUES: dict[str, tuple[Any, ...]] = {
 
 
 def _config(m: Mutant) -> None:
-    """Edit config.json beside an AWQ v1 input: quantisation fields and hidden_size."""
+    """Edit config.json of an AWQ v1 input: quantisation fields and hidden_size."""
     try:
-        config = json.loads(m.config or b"{}")
-    except ValueError:
+        config = json.loads(m.files.get(CONFIG, b"{}"))
+    except (ValueError, RecursionError):
         config = {}
     rng = m.rng
     how = rng.randrange(6)
     if how == 0 or not isinstance(config, dict):
         config = rng.choice(([], 1, {}, {"quantization_config": 1}, "x"))
-        m.steps.append(f"config.json = {config!r}")
+        m.steps.append(f"config.json: (document) = {config!r}")
     elif how == 1:
         config["hidden_size"] = rng.choice((0, "x", 1.5, None, 64, 1 << 63))
-        m.steps.append(f"config hidden_size = {config['hidden_size']!r}")
+        m.steps.append(f"config.json: hidden_size = {config['hidden_size']!r}")
     else:
         q = config.get("quantization_config")
         q = q if isinstance(q, dict) else {}
         key = rng.choice(tuple(CONFIG_VALUES))
         q[key] = rng.choice(CONFIG_VALUES[key])
         config["quantization_config"] = q
-        m.steps.append(f"config quantization_config.{key} = {q[key]!r}")
-    m.config = json.dumps(config).encode()
+        m.steps.append(f"config.json: quantization_config.{key} = {q[key]!r}")
+    m.files[CONFIG] = json.dumps(config).encode()
     m.structured = True
 
 
+# --------------------------------------------------------------------------- the folder
+
+
+def _shards(m: Mutant) -> list[str]:
+    return sorted(n for n in m.files if n.endswith(".safetensors"))
+
+
+def _on_shard(mutator: Callable[[Mutant], Any]) -> Callable[[Mutant], None]:
+    """``mutator`` (which edits ``m.ed``) applied to one safetensors file of the folder; its
+    steps name the file."""
+
+    def on_shard(m: Mutant) -> None:
+        shards = _shards(m)
+        if not shards:
+            return
+        name = m.rng.choice(shards)
+        m.ed = FileEditor(m.files[name])
+        first = len(m.steps)
+        mutator(m)
+        m.files[name] = bytes(m.ed.data)
+        m.steps[first:] = [f"{name}: {s}" for s in m.steps[first:]]
+
+    on_shard.__name__ = mutator.__name__
+    return on_shard
+
+
+def _pick_json(m: Mutant) -> str:
+    """A JSON file of the folder; now and then one that is absent (it is then created)."""
+    present = [n for n in JSON_FILES if n in m.files]
+    if not present or m.rng.random() < 0.15:
+        return m.rng.choice(JSON_FILES)
+    return m.rng.choice(present)
+
+
+def _json(m: Mutant) -> None:
+    """A structure-aware edit of config.json, quant_config.json or the shard index, or
+    (one time in six) of a shard's JSON header [jsontext]."""
+    if m.rng.random() < 1 / 6:
+        return _on_shard(_st_json)(m)
+    name = _pick_json(m)
+    raw = m.files.get(name) or _DEFAULTS[name]
+    m.files[name], step = jsontext.structured(m.rng, name, raw, sorted(m.files))
+    m.steps.append(f"{name}: {step}")
+    m.structured = True
+    return None
+
+
+def _st_json(m: Mutant) -> None:
+    done = jsontext.st_header_edit(m.rng, bytes(m.data), jsontext.structured)
+    if done is None:
+        return overwrite(m)
+    m.ed.data = bytearray(done[0])
+    m.steps.append(f"header {done[1]}")
+    m.structured = True
+    return None
+
+
+def _json_bytes(m: Mutant) -> None:
+    """A byte-level edit of a JSON file's text."""
+    name = _pick_json(m)
+    m.files[name], step = jsontext.bytes_edit(m.rng, m.files.get(name) or _DEFAULTS[name])
+    m.steps.append(f"{name}: {step}")
+
+
+def _folder(m: Mutant) -> None:
+    """The folder's files: one removed, emptied, copied under another name, or a stray one."""
+    rng = m.rng
+    names = sorted(m.files)
+    how = rng.randrange(4)
+    if how == 0 and names:
+        name = rng.choice(names)
+        del m.files[name]
+        m.steps.append(f"remove {name}")
+    elif how == 1 and names:
+        name = rng.choice(names)
+        m.files[name] = b""
+        m.steps.append(f"empty {name}")
+    elif how == 2 and names:
+        name = rng.choice(names)
+        new = rng.choice(("model.safetensors", "model-00001-of-00002.safetensors",
+                          "model-00003-of-00003.safetensors", *JSON_FILES))  # fmt: skip
+        m.files[new] = m.files[name]
+        m.steps.append(f"copy {name} to {new}")
+    else:
+        name = rng.choice(("model.safetensors", "extra.safetensors", *JSON_FILES))
+        m.files[name] = rng.choice((b"{}", b"\x00" * 8, b"\x08" + bytes(7) + b"{}      "))
+        m.steps.append(f"stray {name} = {m.files[name]!r}")
+
+
 MUTATORS: tuple[tuple[Callable[[Mutant], Any], float], ...] = (
-    (bitflip, 10),
-    (overwrite, 10),
-    (truncate, 5),
-    (extend, 3),
-    (_st_header, 50),
-    (_config, 15),
+    (_on_shard(bitflip), 8),
+    (_on_shard(overwrite), 8),
+    (_on_shard(truncate), 4),
+    (_on_shard(extend), 2),
+    (_on_shard(_st_header), 35),
+    (_config, 8),
+    (_json, 45),
+    (_json_bytes, 10),
+    (_folder, 5),
 )
 FUNCS = [f for f, _ in MUTATORS]
 WEIGHTS = [w for _, w in MUTATORS]
+
+_DEFAULTS = {
+    CONFIG: b"{}",
+    QUANT_CONFIG: b'{"w_bit": 4, "q_group_size": 64, "zero_point": true, "version": "gemm"}',
+    INDEX: b'{"metadata": {}, "weight_map": {}}',
+}
+
+
+@functools.lru_cache(maxsize=8)
+def sharded(data: bytes, count: int) -> tuple[tuple[str, bytes], ...]:
+    """A single safetensors file split into ``count`` shards ``model-0000N-of-0000M`` and
+    their ``model.safetensors.index.json``, as ``reference.examples.write_checkpoint`` lays
+    them out."""
+    parsed = st_split(data)
+    assert parsed is not None
+    header, buffer = parsed
+    names = [k for k in header if k != "__metadata__"]
+    per = -(-len(names) // count)
+    files, weight_map, total = [], {}, 0
+    for s in range(count):
+        shard = f"model-{s + 1:05d}-of-{count:05d}.safetensors"
+        part: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+        payload = b""
+        for name in names[s * per : (s + 1) * per]:
+            start, end = header[name]["data_offsets"]
+            raw = buffer[start:end]
+            part[name] = dict(header[name], data_offsets=[len(payload), len(payload) + len(raw)])
+            payload += raw
+            weight_map[name] = shard
+        total += len(payload)
+        files.append((shard, st_join(part, payload)))
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    files.append((INDEX, (json.dumps(index, indent=2) + "\n").encode()))
+    return tuple(files)
+
+
+def _legacy_config(config: bytes) -> tuple[bytes, bytes]:
+    """(config.json without quantization_config, quant_config.json of AutoAWQ's old form)."""
+    doc = json.loads(config)
+    q = doc.pop("quantization_config", None) or {}
+    legacy = {
+        "w_bit": q.get("bits", 4),
+        "q_group_size": q.get("group_size", 64),
+        "zero_point": q.get("zero_point", True),
+        "version": str(q.get("version", "gemm")).upper(),
+    }
+    return json.dumps(doc, indent=2).encode(), json.dumps(legacy, indent=2).encode()
+
+
+def lay_out(m: Mutant, base: Seed) -> tuple[str, ...]:
+    """Lay an AWQ v1 seed out as a checkpoint folder in ``m.files``: a single
+    ``model.safetensors`` or 2-3 shards with their index, and ``config.json`` with
+    ``quantization_config``, or the legacy ``quant_config.json``, both, or neither.  Returns
+    what the reader path opens: the file and the folder (``"."``), or the folder alone."""
+    rng = m.rng
+    assert base.config is not None
+    how = rng.choices(("file", "folder", "sharded"), (30, 20, 50))[0]
+    if how == "sharded":
+        m.files.update(sharded(base.data, rng.choice((2, 3))))
+    else:
+        m.files["model.safetensors"] = base.data
+    style = rng.choices(("config", "legacy", "both", "none"), (55, 30, 10, 5))[0]
+    config, legacy = _legacy_config(base.config)
+    if style in ("config", "both"):
+        m.files[CONFIG] = base.config
+    if style in ("legacy", "both"):
+        m.files[QUANT_CONFIG] = legacy
+        if style == "legacy" and rng.random() < 0.7:
+            m.files[CONFIG] = config
+    m.steps.append(f"laid out: {how}, {style} config ({len(_shards(m))} safetensors files)")
+    return ("model.safetensors", ".") if how == "file" else (".",)
 
 
 def v1_seeds() -> list[Seed]:
