@@ -30,7 +30,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_open import synthetic_specs, write_awq2  # noqa: E402
+from bench_open import synthetic_specs, write_awq2
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_COUNTS = (100_000, 1_000_000)
@@ -80,7 +79,9 @@ def run_case(mode: str, path: Path, code: Path) -> Case:
     """One case in a fresh process using the ``reference`` package under ``code``."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     argv = [sys.executable, "-c", CHILD, mode, str(path)]
-    out = subprocess.run(argv, cwd=code, env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run(argv, cwd=code, env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{mode} of {path} with {code} exited {out.returncode}:\n{out.stderr}")
     seconds, hwm = out.stdout.split()
     return Case(float(seconds), int(hwm))
 
