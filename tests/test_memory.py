@@ -177,7 +177,7 @@ def test_slab_order_is_offset_then_name(tmp_path):
 
 
 def random_layers(path: Path, rng: np.random.Generator, monkeypatch) -> None:
-    """Layers whose parts are each locally valid [LAY-1..6] but that may break LAY-7: a part
+    """Layers whose parts are each valid on their own but that may break [LAY-7]: a part
     missing, dense, of the other family, with other k, n, bits or group size, or misnamed.
     The writer's own layer check is switched off to write them."""
     configs = [(128, 64, 4, -1), (128, 64, 4, 128), (128, 64, 8, 64), (256, 64, 4, 128)]
