@@ -35,6 +35,9 @@ from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
+#: How ``json.dump(ensure_ascii=True)`` writes a string (its C encoder, when there is one).
+_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
 
 def hexdump(data: bytes, start: int) -> list[str]:
     """Classic 16-bytes-a-line dump with absolute offsets."""
@@ -80,10 +83,28 @@ def write_json(doc: dict[str, Any], tensors: Iterable[dict[str, Any]], out: Text
     tail = "[]\n}"
     out.write(text[: -len(tail)])
     opening = "[\n    "
-    for row in tensors:  # an array item is at depth 2: its lines indented by four more
-        out.write(opening + json.dumps(row, indent=2, ensure_ascii=True).replace("\n", "\n    "))
+    for row in tensors:
+        out.write(opening + _row_json(row))
         opening = ",\n    "
     out.write(tail if opening.startswith("[") else "\n  ]\n}")
+
+
+def _row_json(row: dict[str, Any]) -> str:
+    """One item of the tensors array as ``json.dump(indent=2)`` writes it at depth 2, for the
+    str, int and int-list values of ``TensorInfo.to_dict`` (anything else: ``json.dumps``)."""
+    lines = []
+    for key, value in row.items():
+        if type(value) is str:
+            text = _json_string(value)
+        elif type(value) is int:
+            text = int.__repr__(value)
+        elif type(value) is list and all(type(v) is int for v in value):
+            items = ",\n".join(f"        {int.__repr__(v)}" for v in value)
+            text = f"[\n{items}\n      ]" if value else "[]"
+        else:
+            return json.dumps(row, indent=2, ensure_ascii=True).replace("\n", "\n    ")
+        lines.append(f"      {_json_string(key)}: {text}")
+    return "{\n" + ",\n".join(lines) + "\n    }" if lines else "{}"
 
 
 def _table_row(t: dict[str, Any]) -> tuple[str, ...]:
