@@ -15,10 +15,11 @@ Names are printed with control and format characters escaped (``\\x1b``,
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,6 +35,9 @@ from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 
+#: How ``json.dump(ensure_ascii=True)`` writes a string (its C encoder, when there is one).
+_json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
 
 def hexdump(data: bytes, start: int) -> list[str]:
     """Classic 16-bytes-a-line dump with absolute offsets."""
@@ -47,7 +51,8 @@ def hexdump(data: bytes, start: int) -> list[str]:
 
 
 def summary(reader: Reader, *, verified: bool) -> dict[str, Any]:
-    """The ``--json`` document of a valid file (stable keys)."""
+    """The ``--json`` document of a valid file (stable keys), but for its last key,
+    ``"tensors"``, which :func:`write_json` streams from :func:`tensor_rows`."""
     h = reader.header
     return {
         "valid": True,
@@ -63,11 +68,69 @@ def summary(reader: Reader, *, verified: bool) -> dict[str, Any]:
         "optional_flags": h["optional_flags"],
         "tensor_count": h["tensor_count"],
         "metadata": reader.metadata,
-        "tensors": tensor_table(reader),
     }
 
 
-def _print_text(doc: dict[str, Any], out: TextIO) -> None:
+def tensor_rows(reader: Reader) -> Iterator[dict[str, Any]]:
+    """The ``"tensors"`` of the ``--json`` document, in slab order, one at a time."""
+    return (info.to_dict() for info in reader.iter_entries())
+
+
+def write_json(doc: dict[str, Any], tensors: Iterable[dict[str, Any]], out: TextIO) -> None:
+    """``json.dump({**doc, "tensors": [*tensors]}, out, indent=2, ensure_ascii=True)``, byte
+    for byte, writing one tensor at a time instead of building the list."""
+    text = json.dumps({**doc, "tensors": []}, indent=2, ensure_ascii=True)
+    tail = "[]\n}"
+    out.write(text[: -len(tail)])
+    opening = "[\n    "
+    for row in tensors:
+        out.write(opening + _row_json(row))
+        opening = ",\n    "
+    out.write(tail if opening.startswith("[") else "\n  ]\n}")
+
+
+def _row_json(row: dict[str, Any]) -> str:
+    """One item of the tensors array as ``json.dump(indent=2)`` writes it at depth 2, for the
+    str, int and int-list values of ``TensorInfo.to_dict`` (anything else: ``json.dumps``)."""
+    lines = []
+    for key, value in row.items():
+        if type(value) is str:
+            text = _json_string(value)
+        elif type(value) is int:
+            text = int.__repr__(value)
+        elif type(value) is list and all(type(v) is int for v in value):
+            items = ",\n".join(f"        {int.__repr__(v)}" for v in value)
+            text = f"[\n{items}\n      ]" if value else "[]"
+        else:
+            return json.dumps(row, indent=2, ensure_ascii=True).replace("\n", "\n    ")
+        lines.append(f"      {_json_string(key)}: {text}")
+    return "{\n" + ",\n".join(lines) + "\n    }" if lines else "{}"
+
+
+def _table_row(t: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        f"0x{t['offset']:x}",
+        f"{t['length']:,}",
+        t["dtype"],
+        "x".join(map(str, t["shape"])) or "()",
+        t["layout"] + (f" {t['bits']}b g{t['group_size']} k{t['k']} n{t['n']}" if "k" in t else ""),
+        escape(t["name"]),
+    )
+
+
+def _print_table(reader: Reader, out: TextIO) -> None:
+    """The tensor table: column widths in a first pass, the rows in a second (no list kept)."""
+    header = ("offset", "bytes", "dtype", "shape", "layout", "name")
+    widths = [len(c) for c in header[:5]]
+    for row in map(_table_row, tensor_rows(reader)):
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
+    print("", file=out)
+    for row in itertools.chain([header], map(_table_row, tensor_rows(reader))):
+        line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[5]
+        print(line, file=out)
+
+
+def _print_text(doc: dict[str, Any], reader: Reader, out: TextIO) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p(f"AWQ-v2 file {escape(doc['path'])}")
     p(f"  format version   {doc['format_version']}")
@@ -90,25 +153,8 @@ def _print_text(doc: dict[str, Any], out: TextIO) -> None:
         p(f"    {line}")
     if len(meta_lines) > 40:
         p(f"    ... {len(meta_lines) - 40} more lines (use --json)")
-    if not doc["tensors"]:
-        return
-    p("")
-    rows = [
-        (
-            f"0x{t['offset']:x}",
-            f"{t['length']:,}",
-            t["dtype"],
-            "x".join(map(str, t["shape"])) or "()",
-            t["layout"]
-            + (f" {t['bits']}b g{t['group_size']} k{t['k']} n{t['n']}" if "k" in t else ""),
-            escape(t["name"]),
-        )
-        for t in doc["tensors"]
-    ]
-    header = ("offset", "bytes", "dtype", "shape", "layout", "name")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
-    for row in [header, *rows]:
-        p("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[5])
+    if len(reader):
+        _print_table(reader, out)
 
 
 def tensor_table(source: TensorSource) -> list[dict[str, Any]]:
@@ -192,13 +238,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if args.verify:
                 reader.verify()
             doc = summary(reader, verified=args.verify)
+            if args.json:
+                write_json(doc, tensor_rows(reader), out)
+                print(file=out)
+            else:
+                _print_text(doc, reader, out)
         except FormatError as exc:
             return _report_invalid(args, exc, out)
-        if args.json:
-            json.dump(doc, out, indent=2, ensure_ascii=True)
-            print(file=out)
-        else:
-            _print_text(doc, out)
         if args.hexdump and not args.json:
             _hexdumps(args.file, reader.file_size, out)
         if args.tensor is not None:

@@ -28,6 +28,7 @@ from reference.files import open_regular
 from reference.index import Index
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
 from reference.metadata import parse_metadata
+from reference.order import slab_order
 from reference.rules import TensorInfo
 from reference.v1 import V1Reader, is_safetensors
 from reference.validate import validate_index
@@ -231,8 +232,16 @@ class Reader:
         return [info.name for info in self.entries()]
 
     def entries(self) -> list[TensorInfo]:
-        """Every entry, in slab order."""
-        return sorted(self._index.infos(), key=lambda t: (t.offset, t.name))
+        """Every entry, in slab order (each checked, in index order, first)."""
+        infos = self._index.infos()
+        return [infos[i] for i in slab_order(self._index)]
+
+    def iter_entries(self) -> Iterator[TensorInfo]:
+        """``entries()`` one at a time, holding none of them: for a validated file (otherwise
+        the first bad entry in slab order raises, not the first in index order)."""
+        index = self._index
+        for i in slab_order(index):
+            yield index.info(index.record(int(i)))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -256,10 +265,10 @@ class Reader:
         self._metadata_cache = validate_index(self._index, read).metadata
 
     def verify(self) -> None:
-        """Full validation plus every payload checksum [ENT-10]."""
+        """Full validation plus every payload checksum [ENT-10], in slab order."""
         self.validate()
         buf = self._index.buf
-        for info in self.entries():
+        for info in self.iter_entries():
             crc = crc32c(buf[info.offset : info.offset + info.length])
             if crc != info.data_crc:
                 message = f"payload of {info.name!r} is damaged"

@@ -19,20 +19,52 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from reference.errors import checksum_mismatch, field_error, over_limit
 from reference.index import Index
-from reference.rules import TensorInfo, check_layers
+from reference.rules import check_layers
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
+from spec.registry import LAYOUT_BY_NAME, LAYOUTS
 from spec.schema import ENTRY_FIELD_OFFSET, HEADER_SIZE
+
+#: The roles a quantised layer's parts are named by (``<prefix>.<role>``), numbered from 1 in
+#: the order LAY-7 looks them up; 0 is any other name.
+PARTS = ("qweight", "scales", "qzeros")
+_PART_CODE = {part.encode(): code for code, part in enumerate(PARTS, 1)}
+#: By layout code: the part code a quantised layout's entry must be named by (0: DENSE), and
+#: the layout codes its layer's qweight, scales and qzeros must have [LAY-7].
+_ROLE_OF_LAYOUT = np.zeros(256, np.uint8)
+_FAMILY_LAYOUTS = np.zeros((256, len(PARTS)), np.int16)
+for _layout in LAYOUTS:
+    if _layout.quantized:
+        _ROLE_OF_LAYOUT[_layout.code] = PARTS.index(_layout.role) + 1
+        _family = _layout.name.split("_", 1)[0]
+        _FAMILY_LAYOUTS[_layout.code] = [
+            LAYOUT_BY_NAME[f"{_family}_{part.upper()}"].code for part in PARTS
+        ]
+
+
+def _prefix_key(prefix: bytes) -> int:
+    """Groups layer parts by prefix: Python's hash of bytes (SipHash, keyed per process; a
+    64-bit int).  Only a hint: equal keys are confirmed by the bytes (tests make all collide)."""
+    return hash(prefix)
 
 
 class Validated(NamedTuple):
-    """What full validation read: every entry in index order, and the metadata object."""
+    """What full validation keeps: the metadata object (nothing per tensor)."""
 
-    infos: list[TensorInfo]
     metadata: dict[str, Any]
+
+
+class Parts(NamedTuple):
+    """What the entry pass keeps for the layer check, a few bytes per entry: of each entry
+    named ``<prefix>.<part>``, the part's code and a hash of the prefix bytes (0 otherwise).
+    A hash only groups; equal prefixes are confirmed by their bytes [LAY-7]."""
+
+    code: NDArray[np.uint8]
+    key: NDArray[np.int64]
 
 
 #: Reads bytes ``[start, end)`` of the file: a slice of the index's buffer by default, or
@@ -44,16 +76,19 @@ def validate_index(index: Index, read: Read | None = None) -> Validated:
     """Run RD-2 on an index that passed the opening checks; the first failure is raised.
 
     ``read(start, end)`` fetches the padding for its check; without it the buffer is sliced.
+    Memory: a few NumPy columns, tens of bytes per entry, besides the buffer itself.
     """
     if read is None:
         read = lambda start, end: index.buf[start:end]  # noqa: E731
     _check_index_checksum(index)
     _check_bucket_table(index)
-    infos = _check_entries(index)
-    check_layers(infos, index.geometry.entry_offset)  # [LAY-7], at the entry records
-    _check_placement(index, infos)
-    _check_padding(read, index, infos)
-    return Validated(infos, index.metadata())  # checksum, UTF-8, JSON object, depth [META-*]
+    parts = _check_entries(index)
+    _check_layers(index, parts)  # [LAY-7], at the entry records
+    del parts
+    placed = _placed(index)
+    _check_placement(index, placed)
+    _check_padding(read, index, placed)
+    return Validated(index.metadata())  # checksum, UTF-8, JSON object, depth [META-*]
 
 
 def _check_index_checksum(index: Index) -> None:
@@ -95,9 +130,11 @@ def _check_bucket_table(index: Index) -> None:
         )
 
 
-def _check_entries(index: Index) -> list[TensorInfo]:
-    """Every entry in index order: packing, local rules, bucket and name order [ENT-*, IDX-6..8]."""
-    infos = []
+def _check_entries(index: Index) -> Parts:
+    """Every entry in index order: packing, local rules, bucket and name order [ENT-*, IDX-6..8].
+
+    Nothing is kept per entry but what the layer check needs (:class:`Parts`)."""
+    parts = Parts(np.zeros(index.tensor_count, np.uint8), np.zeros(index.tensor_count, np.int64))
     cursors = {"name_offset": 0, "dims_index": 0}
     previous_bucket, previous_name = -1, b""
     table = index.buckets
@@ -126,7 +163,10 @@ def _check_entries(index: Index) -> list[TensorInfo]:
                 "BAD_ENTRY_ORDER", message, rec.offset, f"> {previous_name!r}", rec.name
             )
         previous_bucket, previous_name = bucket, rec.name
-        infos.append(info)
+        prefix, dot, part = rec.name.rpartition(b".")
+        code = _PART_CODE.get(part, 0) if dot else 0
+        if code:
+            parts.code[i], parts.key[i] = code, _prefix_key(prefix)
     for field, cursor in (
         ("names_length", cursors["name_offset"]),
         ("dims_count", cursors["dims_index"]),
@@ -135,46 +175,168 @@ def _check_entries(index: Index) -> list[TensorInfo]:
             message = f"{field} holds bytes no entry uses"
             where = index.geometry.entries.offset
             raise field_error("BAD_ENTRY_FIELD", message, where, cursor, index.header[field])
-    return infos
+    return parts
 
 
-def _check_placement(index: Index, infos: list[TensorInfo]) -> None:
+# ------------------------------------------------------------------ layers [LAY-7]
+
+
+def _check_layers(index: Index, parts: Parts) -> None:
+    """LAY-7 as :func:`reference.rules.check_layers` states it, from columns, not infos.
+
+    Every quantised entry is looked up with its layer's three parts, all at once: entries named
+    ``<prefix>.<part>`` are grouped by prefix (hash, then bytes).  The first offender in index
+    order is then handed, with its layer's entries only, to ``check_layers``, so the error is
+    the one a walk over every entry reports."""
+    e = index.entries
+    want_role = _ROLE_OF_LAYOUT[e["layout"]]
+    quantised = np.flatnonzero(want_role)
+    if not quantised.size:
+        return
+    misnamed = quantised[parts.code[quantised] != want_role[quantised]]
+    named = np.flatnonzero(parts.code)
+    group = np.full(index.tensor_count, -1, np.int64)  # an exact prefix group per named entry
+    group[named], count = _prefix_groups(index, named, parts)
+    members = np.full((count, len(PARTS)), -1, np.int64)  # by group and part: the entry
+    members[group[named], parts.code[named].astype(np.int64) - 1] = named
+    del named
+    good = quantised[parts.code[quantised] == want_role[quantised]]
+    bad = _disagreeing(index, good, members[group[good]])
+    offenders = np.concatenate([misnamed[:1], good[bad][:1]])
+    if not offenders.size:
+        return
+    first = int(offenders.min())
+    layer = members[group[first]] if group[first] >= 0 else np.array([first])
+    _report_layer(index, sorted({first, *(int(j) for j in layer if j >= 0)}))
+
+
+def _prefix_groups(
+    index: Index, named: NDArray[np.int64], parts: Parts
+) -> tuple[NDArray[np.int64], int]:
+    """A group number per named entry, equal exactly when the prefixes' bytes are; the count.
+
+    Sorted by hash; every entry of a run of equal hashes is compared by its bytes, so that a
+    crafted hash collision splits the run instead of joining two layers."""
+    keys = parts.key[named]
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    starts = np.ones(len(keys), bool)
+    np.not_equal(keys[1:], keys[:-1], out=starts[1:])
+    del keys
+    groups = np.cumsum(starts) - 1
+    count = int(groups[-1]) + 1 if len(groups) else 0
+    bounds = np.append(np.flatnonzero(starts), len(starts))
+    shared = np.flatnonzero(np.diff(bounds) > 1)  # runs of more than one hash
+    e, pool = index.entries, index.geometry.names.offset
+    for lo, hi in zip(bounds[shared], bounds[shared + 1], strict=True):
+        seen: dict[bytes, int] = {}
+        for at in range(int(lo), int(hi)):
+            i = int(named[order[at]])
+            start = pool + int(e[i]["name_offset"])
+            cut = int(e[i]["name_length"]) - len(PARTS[parts.code[i] - 1]) - 1
+            prefix = bytes(index.data[start : start + cut])  # the real bytes
+            number = seen.setdefault(prefix, len(seen))
+            if number:
+                groups[at] = count + number - 1
+        count += len(seen) - 1
+    out = np.empty(len(named), np.int64)
+    out[order] = groups
+    return out, count
+
+
+def _disagreeing(
+    index: Index, good: NDArray[np.int64], layer: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Which well-named quantised entries ``good`` have a part missing or disagreeing; ``layer``
+    holds the entry of each part of their layer (-1: none)."""
+    e = index.entries
+    found = np.where(layer >= 0, layer, 0)
+    bad = layer < 0
+    bad |= e["layout"][found] != _FAMILY_LAYOUTS[e["layout"][good]]
+    for field in ("k", "n", "bits", "group_size"):
+        bad |= e[field][found] != e[field][good][:, None]
+    return np.asarray(bad.any(axis=1))
+
+
+def _report_layer(index: Index, layer: list[int]) -> None:
+    """Raise the error ``check_layers`` reports for the first offender, which ``layer`` holds
+    with its layer's other entries (in index order; the walk reaches it first)."""
+    infos = [index.info(index.record(i)) for i in layer]
+    check_layers(infos, lambda j: index.geometry.entry_offset(layer[j]))
+    raise AssertionError(f"LAY-7: entries {layer} passed on their own")  # pragma: no cover
+
+
+# ------------------------------------------------------------------ payloads [SLAB-4, SLAB-5]
+
+
+class Placed(NamedTuple):
+    """The non-empty payloads in slab order (ties in index order): entry, offset, end."""
+
+    entry: NDArray[np.int64]
+    offset: NDArray[np.int64]
+    end: NDArray[np.int64]
+
+
+def _placed(index: Index) -> Placed:
+    e = index.entries
+    entry = np.flatnonzero(e["data_length"])
+    offset = e["data_offset"][entry].astype(np.int64)  # <= index_offset [SLAB-3]: fits
+    order = np.argsort(offset, kind="stable")
+    entry, offset = entry[order], offset[order]
+    del order
+    end = offset + e["data_length"][entry].astype(np.int64)
+    return Placed(entry, offset, end)
+
+
+def _name(index: Index, i: int) -> str:
+    return index.info(index.record(i)).name
+
+
+def _check_placement(index: Index, placed: Placed) -> None:
     """Overlap, then packing [SLAB-4, SLAB-5]."""
-    placed = sorted((t for t in infos if t.length), key=lambda t: t.offset)
-    previous_end, expected = None, SLAB_OFFSET
-    for info in placed:
-        if previous_end is not None and info.offset < previous_end:
-            message = f"payload of {info.name!r} overlaps the one before"
-            raise field_error("OVERLAP", message, info.offset, f">= {previous_end}", info.offset)
-        if info.offset != expected:
-            message = f"payload of {info.name!r} not at the next 64 KiB boundary"
-            raise field_error("SLAB_GAP", message, info.offset, expected, info.offset)
-        previous_end = info.offset + info.length
-        expected = align_up(previous_end, ALIGNMENT)
+    offset, end = placed.offset, placed.end
+    expected = np.empty_like(offset)
+    expected[:1] = SLAB_OFFSET
+    expected[1:] = (end[:-1] + (ALIGNMENT - 1)) // ALIGNMENT * ALIGNMENT
+    overlap = np.zeros(len(offset), bool)
+    np.less(offset[1:], end[:-1], out=overlap[1:])
+    bad = np.flatnonzero(overlap | (offset != expected))
+    if bad.size:
+        k = int(bad[0])
+        at, name = int(offset[k]), _name(index, int(placed.entry[k]))
+        if overlap[k]:
+            message = f"payload of {name!r} overlaps the one before"
+            raise field_error("OVERLAP", message, at, f">= {int(end[k - 1])}", at)
+        message = f"payload of {name!r} not at the next 64 KiB boundary"
+        raise field_error("SLAB_GAP", message, at, int(expected[k]), at)
+    last = align_up(int(end[-1]), ALIGNMENT) if len(end) else SLAB_OFFSET
     index_offset = index.header["index_offset"]
-    if index_offset != expected:
+    if index_offset != last:
         message = "index not at the first 64 KiB boundary after the last payload"
-        raise field_error("SLAB_GAP", message, index_offset, expected, index_offset)
+        raise field_error("SLAB_GAP", message, index_offset, last, index_offset)
 
 
-def _first_nonzero(read: Read, start: int, end: int, what: str) -> None:
+# ------------------------------------------------------------------ padding [PAD-*]
+
+
+def _first_nonzero(read: Read, start: int, end: int, what: Callable[[], str]) -> None:
     if end <= start:
         return
     data = np.frombuffer(read(start, end), np.uint8)
     nonzero = np.flatnonzero(data)
     if nonzero.size:
         at = start + int(nonzero[0])
-        message = f"non-zero byte in {what}"
+        message = f"non-zero byte in {what()}"
         raise field_error("NONZERO_PADDING", message, at, 0, f"0x{int(data[nonzero[0]]):02x}")
 
 
-def _check_padding(read: Read, index: Index, infos: list[TensorInfo]) -> None:
+def _check_padding(read: Read, index: Index, placed: Placed) -> None:
     """PAD-1 (header area), PAD-2 (slab gaps), PAD-3 (bucket table padding) [PAD-4]."""
-    _first_nonzero(read, HEADER_SIZE, SLAB_OFFSET, "the header padding")
-    for info in sorted((t for t in infos if t.length), key=lambda t: t.offset):
-        end = info.offset + info.length
-        _first_nonzero(read, end, align_up(end, ALIGNMENT), f"the padding after {info.name!r}")
-    if not any(t.length for t in infos):
-        _first_nonzero(read, SLAB_OFFSET, index.header["index_offset"], "the empty slab")
+    _first_nonzero(read, HEADER_SIZE, SLAB_OFFSET, lambda: "the header padding")
+    for i, end in zip(placed.entry.tolist(), placed.end.tolist(), strict=True):
+        after = lambda i=i: f"the padding after {_name(index, i)!r}"  # noqa: E731
+        _first_nonzero(read, end, align_up(end, ALIGNMENT), after)
+    if not len(placed.entry):
+        _first_nonzero(read, SLAB_OFFSET, index.header["index_offset"], lambda: "the empty slab")
     pad = index.geometry.bucket_padding
-    _first_nonzero(read, pad.offset, pad.end, "the bucket table padding")
+    _first_nonzero(read, pad.offset, pad.end, lambda: "the bucket table padding")
