@@ -16,6 +16,7 @@ Steps 3 and 4 are one parse: their failures share a code, so their order does no
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -113,20 +114,25 @@ def parse_metadata(raw: bytes, *, offset: int) -> dict[str, Any]:
 
 
 def _no_lone_surrogates(document: Any) -> None:
-    """META-5: every string and key is Unicode scalar values (JSON's ``\\ud800`` is not)."""
-    stack = [document]
+    """META-5: every string and key is Unicode scalar values (JSON's ``\\ud800`` is not).
+
+    One iterator per open level: memory follows the depth, not the number of elements."""
+    stack = [iter((document,))]
     while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ValueError(f"an unpaired surrogate escape in {item[:40]!r}") from exc
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                stack.append(itertools.chain.from_iterable(item.items()))
+                break
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"an unpaired surrogate escape in {item[:40]!r}") from exc
+        else:
+            stack.pop()
 
 
 def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:

@@ -57,18 +57,23 @@ class TensorInfo:
 
 
 def json_depth(value: object) -> int:
-    """Nesting depth of JSON arrays and objects (a scalar is 0), without recursion [LIM-5]."""
-    deepest, stack = 0, [(value, 1)]
+    """Nesting depth of JSON arrays and objects (a scalar is 0), without recursion [LIM-5].
+
+    Walks with one iterator per open level, so its memory follows the depth, not the number
+    of elements (a 16 MiB array of small numbers holds 8 million of them)."""
+    deepest, stack = 0, [iter((value,))]
     while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: list[object] = list(item.values())
-        elif isinstance(item, (list, tuple)):
-            children = list(item)
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                stack.append(iter(item.values()))
+            elif isinstance(item, (list, tuple)):
+                stack.append(iter(item))
+            else:
+                continue
+            deepest = max(deepest, len(stack) - 1)
+            break
         else:
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in children)
+            stack.pop()
     return deepest
 
 

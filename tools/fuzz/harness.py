@@ -5,7 +5,8 @@ A worker builds input ``number`` itself (:func:`tools.fuzz.inputs.make_input`), 
 its own folder under a run directory in ``/dev/shm`` (removed at the end, even after a
 SIGKILL of a worker), and runs the reader path on it (:func:`tools.fuzz.target.run_one`).
 An unexpected exception, a worker that dies (a signal), an input over the time limit, and an
-input whose peak memory exceeds its file size + :data:`MEMORY_SLACK` fail the run; with
+input whose peak memory exceeds its file size + :data:`JSON_FACTOR` x its JSON +
+:data:`MEMORY_SLACK` fail the run; with
 ``--save-crashes`` the failing inputs are written out with their recipe.
 """
 
@@ -33,6 +34,10 @@ from tools.fuzz.mutant import Seed
 from tools.fuzz.target import Result, run_one
 
 MEMORY_SLACK = 64 << 20  # an input may use its file size plus this much
+#: ... plus this many times the JSON it holds (AWQ v1 configs, shard index, safetensors
+#: headers), which a reader holds parsed as Python objects: a list of small numbers costs 8
+#: bytes a slot for 2 bytes of text ("0,").
+JSON_FACTOR = 8
 TRACE_SLOWDOWN = 5  # time limit factor for inputs run under tracemalloc
 
 
@@ -148,7 +153,8 @@ class Summary:
         for key in r.lazy_after_valid:
             self.lazy[key] += 1
             self.lazy_example.setdefault(key, r.number)
-        if r.peak > r.size + MEMORY_SLACK or r.rss_growth > r.size + MEMORY_SLACK:
+        budget = r.size + JSON_FACTOR * r.json_size + MEMORY_SLACK
+        if r.peak > budget or r.rss_growth > budget:
             self.over_memory.append(r)
         self.traced += r.traced
         self.busy += r.seconds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tools.fuzz.harness import MEMORY_SLACK, Summary
+from tools.fuzz.harness import JSON_FACTOR, MEMORY_SLACK, Summary
 
 
 def _mib(n: int) -> str:
@@ -33,7 +33,8 @@ def report(s: Summary, args: argparse.Namespace, seeds: int) -> None:
         f"  timeouts (> {args.timeout:g} s):   {len(s.timeouts)}"
         + (f"  e.g. inputs {s.timeouts[:5]}" if s.timeouts else "")
     )
-    print(f"  over memory (> size + {_mib(MEMORY_SLACK)}): {len(s.over_memory)}")
+    limit = f"size + {JSON_FACTOR} x JSON + {_mib(MEMORY_SLACK)}"
+    print(f"  over memory (> {limit}): {len(s.over_memory)}")
     for r in s.over_memory[:5]:
         print(
             f"    input {r.number}: {_mib(r.size)} file, tracemalloc peak {_mib(r.peak)}, "

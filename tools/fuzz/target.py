@@ -52,6 +52,7 @@ class Result:
     rss_growth: int = 0  # peak RSS during the input minus RSS before it, bytes
     seconds: float = 0.0
     lazy_after_valid: list[tuple[str, str]] = field(default_factory=list)  # (call, code)
+    json_size: int = 0  # bytes of JSON in the input (AWQ v1 configs, index, headers)
 
 
 class State:
@@ -227,6 +228,18 @@ def _reset_peak_rss() -> bool:
     return True
 
 
+def json_size(files: dict[str, bytes]) -> int:
+    """Bytes of JSON an input holds: its .json files and its safetensors headers (as long as
+    each says, within the file).  A reader holds that JSON parsed, as Python objects."""
+    total = 0
+    for name, data in files.items():
+        if name.endswith(".json"):
+            total += len(data)
+        elif name.endswith(".safetensors") and len(data) >= 8:
+            total += min(int.from_bytes(data[:8], "little"), len(data) - 8)
+    return total
+
+
 def run_one(
     folder: Path,
     number: int,
@@ -250,6 +263,7 @@ def run_one(
         tracemalloc.start(1)
     started = time.perf_counter()
     result = Result(number, sum(map(len, files.values())), "rejected")
+    result.json_size = json_size(files)
     try:
         for i, target in enumerate(t for t in targets if t == "." or t in files):
             if i:
