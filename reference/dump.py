@@ -157,11 +157,6 @@ def _print_text(doc: dict[str, Any], reader: Reader, out: TextIO) -> None:
         _print_table(reader, out)
 
 
-def tensor_table(source: TensorSource) -> list[dict[str, Any]]:
-    """Every entry of any source (AWQ-v2 or AWQ v1), with the stable ``--json`` keys."""
-    return [info.to_dict() for info in source.entries()]
-
-
 def _tensor_report(source: TensorSource, name: str, out: TextIO) -> None:
     info = source.entry(name)
     array = source.view(info)

@@ -45,12 +45,4 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
-def is_regular(path: str | os.PathLike[str]) -> bool:
-    """The path names a regular file (following links), without opening it."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-__all__ = ["NotRegularFileError", "is_regular", "open_regular"]
+__all__ = ["NotRegularFileError", "open_regular"]
