@@ -92,8 +92,8 @@ def test_duplicate_empty_keys_are_rejected_under_the_sanitizers(
     """Metadata {"":1,"":2}: both builds reject it with the reference's code, and the
     sanitizers report nothing (the duplicate-key check never passes a null pointer to memcmp,
     even for length 0)."""
-    from conformance import generate
-    from conformance.mutations import MUTATION_BY_ID
+    from tools.vectors import generate
+    from tools.vectors.mutations import MUTATION_BY_ID
 
     mutation = MUTATION_BY_ID["metadata_duplicate_empty_key"]
     path = tmp_path / "dup.awq2"

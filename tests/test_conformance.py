@@ -12,9 +12,10 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from conformance import generate, run
+from conformance import run
 from conformance.adapters.reference import describe
 from tools import traceability
+from tools.vectors import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conformance"

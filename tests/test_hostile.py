@@ -29,9 +29,6 @@ import numpy as np
 import pytest
 
 import reference
-from conformance.fuzz_findings import FUZZ_FINDINGS, V1_FINDINGS
-from conformance.generate import base_bytes
-from conformance.surgery import FileEditor
 from reference.examples import write_checkpoint
 from reference.writer import PARTIAL_SUFFIX, stale_partials
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
@@ -45,6 +42,9 @@ from spec.constants import (
     MAX_TENSORS,
 )
 from spec.schema import HEADER_FIELD_OFFSET, HEADER_SIZE, TRAILER_SIZE
+from tools.vectors.fuzz_findings import FUZZ_FINDINGS, V1_FINDINGS
+from tools.vectors.generate import base_bytes
+from tools.vectors.surgery import FileEditor
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "conformance" / "vectors"
@@ -696,7 +696,7 @@ def test_file_rewritten_in_place_after_validation(tmp_path, mutation, mode):
     changed bytes check them again and raise the mutation's FormatError, and every other
     lookup returns the old tensor or a FormatError, never another exception.  RD-5: in
     snapshot mode (copy=True) the rewrite does not reach the reader at all."""
-    from conformance.mutations import MUTATION_BY_ID
+    from tools.vectors.mutations import MUTATION_BY_ID
 
     m = MUTATION_BY_ID[mutation]
     ed = FileEditor(SAMPLE)

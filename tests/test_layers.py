@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import reference
-from conformance.surgery import FileEditor
 from reference import codec
+from tools.vectors.surgery import FileEditor
 
 GROUPS = [-1, 32, 64, 128]
 

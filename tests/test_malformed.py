@@ -1,6 +1,6 @@
 """Malformed inputs: each one is rejected with its stable error code, never a crash.
 
-The catalogue (``conformance.mutations``, also the source of the must-reject
+The catalogue (``tools.vectors.mutations``, also the source of the must-reject
 conformance vectors) edits one thing in a valid file and, unless the case is
 about a checksum, recomputes the checksums, so the rule under test is the one
 that fires.  The tests below add sweeps the catalogue cannot list one by one.
@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import reference
-from conformance.generate import BASES as BASES_BY_NAME
-from conformance.generate import base_bytes
-from conformance.mutations import MUTATIONS, nonempty
-from conformance.surgery import FileEditor
 from reference.dump import main as dump_main
 from spec.algorithms import bucket_of, fnv1a_64
 from spec.constants import SLAB_OFFSET
 from spec.schema import ENTRY_SIZE, HEADER_SIZE
+from tools.vectors.generate import BASES as BASES_BY_NAME
+from tools.vectors.generate import base_bytes
+from tools.vectors.mutations import MUTATIONS, nonempty
+from tools.vectors.surgery import FileEditor
 
 BASES = {name: base_bytes(name) for name in BASES_BY_NAME}
 

@@ -2,7 +2,7 @@
 
 One command for everything the repository generates, in dependency order:
 
-1. the conformance vectors and ``conformance/manifest.json`` (:mod:`conformance.generate`);
+1. the conformance vectors and ``conformance/manifest.json`` (:mod:`tools.vectors.generate`);
    a ``conformance/vectors/*.awq2`` file the generator no longer makes is stale too;
 2. every page under ``docs/``: the spec regions (:mod:`tools.docgen`), the codec tables of
    ``docs/spec/codec.md`` (:mod:`tools.codec_tables`) and the site regions
@@ -28,10 +28,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from conformance import generate
 from tools import ROOT, codec_tables, docgen, sitegen, traceability
 from tools.docgen import DocgenError
 from tools.sitegen import SitegenError
+from tools.vectors import generate
 
 CONFORMANCE = ROOT / "conformance"
 VECTORS = CONFORMANCE / "vectors"

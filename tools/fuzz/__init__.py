@@ -20,7 +20,7 @@ seeded with ``"{seed}/{input number}"``, so any input can be rebuilt from its nu
   composite edits that keep related fields consistent (a dimension and the length, dtype and
   length, layout and quantisation fields, a name and its hash, a resized metadata document and
   the index length, a 64 KiB block inserted before the index);
-* after most structure-aware edits the checksums are recomputed (``conformance.surgery``'s
+* after most structure-aware edits the checksums are recomputed (``tools.vectors.surgery``'s
   ``FileEditor.refresh``, sometimes partially) so the input gets past the CRCs into the deep
   checks;
 * an AWQ v1 input is a checkpoint folder: one ``model.safetensors`` or 2-3 shards with

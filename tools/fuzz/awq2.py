@@ -6,7 +6,7 @@ unsigned, each limit and limit + 1, the other entries' values); composite edits 
 fields consistent (a dimension and the length, dtype and length, layout and quantisation
 fields, a name and its hash, a resized metadata document and the index length, a 64 KiB block
 inserted before the index).  :func:`refresh` then recomputes the checksums with
-``conformance.surgery.FileEditor`` (sometimes leaving one stale) so that inputs get past the
+``tools.vectors.surgery.FileEditor`` (sometimes leaving one stale) so that inputs get past the
 CRCs into the deep checks.  Where the sections are comes from :class:`tools.fuzz.view.FileView`
 (:mod:`spec.geometry`).
 """

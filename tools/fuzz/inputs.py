@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.surgery import FileEditor
 from tools import ROOT
 from tools.fuzz import awq2, v1
 from tools.fuzz.mutant import Mutant, Seed
 from tools.fuzz.target import write_folder
 from tools.fuzz.view import FileView
+from tools.vectors.surgery import FileEditor
 
 MANIFEST = ROOT / "conformance" / "manifest.json"
 

@@ -9,10 +9,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from conformance.surgery import FileEditor
 from spec.constants import ALIGNMENT, MAX_TENSORS, SLAB_OFFSET
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 from tools.fuzz.view import FileView, put_int
+from tools.vectors.surgery import FileEditor
 
 U64 = (1 << 64) - 1
 

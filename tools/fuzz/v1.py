@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from conformance.surgery import FileEditor
 from reference.examples import LlamaShape, write_checkpoint
 from spec.registry import DTYPES
 from tools.fuzz import jsontext
 from tools.fuzz.jsontext import CONFIG, INDEX, JSON_FILES, QUANT_CONFIG
 from tools.fuzz.mutant import Mutant, Seed, bitflip, extend, overwrite, truncate
+from tools.vectors.surgery import FileEditor
 
 
 def st_split(data: bytes | bytearray) -> tuple[Any, bytes] | None:

@@ -1,6 +1,6 @@
 """The catalogue of malformed files: one named edit of a valid file per broken rule.
 
-Each :class:`Mutation` edits a valid base file (``conformance.surgery.FileEditor``)
+Each :class:`Mutation` edits a valid base file (``tools.vectors.surgery.FileEditor``)
 so that exactly one rule is broken, names the error code a conforming reader
 reports, the requirement ids it covers, and the check level that finds it:
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.surgery import FileEditor
 from spec.algorithms import bucket_of, fnv1a_64
 from spec.constants import MAX_METADATA_LENGTH, MAX_TENSORS, SLAB_OFFSET
 from spec.geometry import pack_dims
 from spec.registry import LAYOUT_BY_NAME
 from spec.schema import ENTRY_SIZE, HEADER_SIZE
+from tools.vectors.surgery import FileEditor
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``python -m conformance.generate [--out DIR]``: rebuild every vector and the manifest.
+"""``python -m tools.vectors.generate [--out DIR]``: rebuild every vector and the manifest.
 
 Deterministic: fixed seeds, fixed order, no timestamps, so the committed files in
 ``conformance/vectors/`` and ``conformance/manifest.json`` are exactly what this
@@ -8,7 +8,7 @@ classes, JSONTestSuite style:
 * ``y_*`` must be accepted, and the loader must report the expected content;
 * ``n_*`` must be rejected, with the expected error code (``n_fuzz_*``: inputs that
   the fuzzer (``python -m tools.fuzz``, formerly ``bench/fuzz.py``) found crashing the
-  reference reader, from ``conformance.fuzz_findings``);
+  reference reader, from ``tools.vectors.fuzz_findings``);
 * ``i_*`` either: accepted with the expected content, or rejected with one of the
   listed codes (the spec leaves support optional).
 
@@ -32,14 +32,14 @@ from typing import Any
 import numpy as np
 
 import reference
-from conformance.fuzz_findings import FUZZ_FINDINGS
-from conformance.mutations import MUTATIONS, Mutation
-from conformance.surgery import FileEditor
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
 from spec.constants import MAX_NAME_LENGTH
 from spec.registry import DTYPES
+from tools.vectors.fuzz_findings import FUZZ_FINDINGS
+from tools.vectors.mutations import MUTATIONS, Mutation
+from tools.vectors.surgery import FileEditor
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[2] / "conformance"
 MANIFEST_VERSION = 1
 
 
@@ -188,7 +188,7 @@ def reference_layout_name(code: int) -> str:
 
 
 def sample_content() -> Content:
-    """The base of most must-reject vectors (see conformance.mutations)."""
+    """The base of most must-reject vectors (see tools.vectors.mutations)."""
     rng = np.random.default_rng(2024)
     return Content(
         dense=[
@@ -480,7 +480,7 @@ def either_vectors() -> list[Vector]:
 
 def reject_vectors() -> list[Vector]:
     """One ``n_`` vector per mutation of the catalogue, then one per input the fuzzer found
-    crashing the reference reader (``n_fuzz_*``, :data:`conformance.fuzz_findings.FUZZ_FINDINGS`),
+    crashing the reference reader (``n_fuzz_*``, :data:`tools.vectors.fuzz_findings.FUZZ_FINDINGS`),
     so that every such crash stays a must-reject case for every loader."""
     bases = {name: base_bytes(name) for name in BASES}
     stage = {"open": ("RD-1",), "validate": ("RD-2",), "verify": ("ENT-10",)}
@@ -551,7 +551,7 @@ def write_all(out: Path) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.generate", description=__doc__.split("\n")[0]
+        prog="python -m tools.vectors.generate", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--out", type=Path, default=HERE, help="folder for vectors/ and manifest.json"

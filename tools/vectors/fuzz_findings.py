@@ -1,4 +1,4 @@
-# ruff: noqa: E501  (one finding per line, like conformance/mutations.py)
+# ruff: noqa: E501  (one finding per line, like tools/vectors/mutations.py)
 """Inputs that the fuzzer found crashing the reference reader, kept as vectors.
 
 The fuzzer is ``python -m tools.fuzz`` (``tools/fuzz/``); the findings below name the single
@@ -9,13 +9,13 @@ Every input the fuzzer ever finds that makes the reader raise anything but ``For
 (or ``KeyError`` for an absent name) is reduced to the smallest edit that still triggers
 it, fixed, and listed here, so that it stays fixed:
 
-* :data:`FUZZ_FINDINGS`: AWQ-v2 must-reject vectors, :class:`conformance.mutations.Mutation`
-  entries of the same form as :data:`conformance.mutations.MUTATIONS` (an edit of a base
+* :data:`FUZZ_FINDINGS`: AWQ-v2 must-reject vectors, :class:`tools.vectors.mutations.Mutation`
+  entries of the same form as :data:`tools.vectors.mutations.MUTATIONS` (an edit of a base
   file, the error code, the requirements, the check level);
 * :data:`V1_FINDINGS`: AWQ v1 checkpoints (safetensors, read by ``reference.open`` through
   its v1 path [V1-1]), as raw recipes: the files of a checkpoint folder and the outcome.
 
-``python -m conformance.generate`` writes every :data:`FUZZ_FINDINGS` entry as the
+``python -m tools.vectors.generate`` writes every :data:`FUZZ_FINDINGS` entry as the
 must-reject vector ``n_<id>`` (``n_fuzz_*``) of the manifest, so every loader is run on
 it; ``tests/test_hostile.py`` runs the committed vectors through the reference reader's
 lazy path too, and checks every :data:`V1_FINDINGS` recipe.
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from conformance.mutations import Mutation, dims_at
-from conformance.surgery import FileEditor
 from spec.geometry import DIM_SIZE, pack_dims
+from tools.vectors.mutations import Mutation, dims_at
+from tools.vectors.surgery import FileEditor
 
 
 def _set_dim(name: str, j: int, value: int) -> Callable[[FileEditor], object]:
