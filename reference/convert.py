@@ -203,7 +203,9 @@ def _write_step(src: V1Reader, writer: Writer, step: Step) -> None:
         return
     qi = src.entry(f"{step.name}.qweight")
     scales_dtype = src.entry(f"{step.name}.scales").dtype
-    bias = src.tensor(f"{step.name}.bias") if f"{step.name}.bias" in src else None
+    has_bias = f"{step.name}.bias" in src
+    bias = src.tensor(f"{step.name}.bias") if has_bias else None
+    bias_dtype = src.entry(f"{step.name}.bias").dtype if has_bias else None
     writer.add_linear(
         step.name,
         qweight=src.tensor(f"{step.name}.qweight"),
@@ -211,6 +213,7 @@ def _write_step(src: V1Reader, writer: Writer, step: Step) -> None:
         scales=src.tensor(f"{step.name}.scales"),
         scale_dtype=scales_dtype,
         bias=bias,
+        bias_dtype=bias_dtype,
         bits=qi.bits,
         group_size=qi.group_size,
     )

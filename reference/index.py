@@ -117,7 +117,7 @@ class Index:
         self.data = data
         self.file_size = len(data)
         head = bytes(data[: len(MAGIC)])
-        if len(head) == len(MAGIC) and head != MAGIC:  # [RD-1] magic first, if there is one
+        if head != MAGIC[: len(head)]:  # [HDR-1, RD-1] the first min(8, size) bytes, first
             raise _bad_magic(head)
         smallest = HEADER_SIZE + TRAILER_SIZE
         if self.file_size < smallest:  # [FILE-1]

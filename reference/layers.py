@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from reference import codec
 from reference.errors import field_error
-from reference.rules import TensorInfo, check_layers
+from reference.rules import TensorInfo, check_bias, check_layers
 from reference.source import TensorSource
 from spec.marlin import marlin_shape_ok
 
@@ -74,12 +74,14 @@ def encode_linear(
     qzeros: NDArray[np.int32] | None = None,
     bias: NDArray[Any] | None = None,
     scale_dtype: str | None = None,
+    bias_dtype: str | None = None,
 ) -> tuple[str, list[StoredTensor]]:
     """The entries that store one layer, from codes (``q``, ``z``) or from AutoAWQ v1 tensors
     (``qweight``, ``qzeros``), with its ``scales`` and optional ``bias``; and the layout
     family chosen, ``"MARLIN"`` or ``"AWQ"`` [LAY-8].  ``Writer.add_linear`` adds them.
 
-    ``scale_dtype="BF16"`` marks a ``uint16`` scales array holding bfloat16 bits.
+    ``scale_dtype="BF16"`` marks a ``uint16`` scales array holding bfloat16 bits, and
+    ``bias_dtype="BF16"`` a ``uint16`` bias; the bias is F16, BF16 or F32 [LAY-10].
     """
     if (q is None) == (qweight is None) or (z is None) == (qzeros is None):
         raise ValueError("give either codes (q, z) or AWQ v1 tensors (qweight, qzeros)")
@@ -91,7 +93,9 @@ def encode_linear(
     q, z, scales = np.asarray(q), np.asarray(z), np.asarray(scales)
     k, n = q.shape
     if bias is not None and np.shape(bias) != (n,):
-        raise ValueError(f"{prefix}: bias of shape {np.shape(bias)}, expected ({n},)")
+        raise ValueError(f"{prefix}: bias of shape {np.shape(bias)}, expected ({n},) [LAY-10]")
+    if bias is not None and bias_dtype is None:
+        bias_dtype = _scale_dtype_name(np.asarray(bias), "bias")
     stored_dtype = scale_dtype or _scale_dtype_name(scales)
     fields = dict(bits=bits, group_size=group_size, k=k, n=n)
     if marlin_shape_ok(k, n, bits, group_size):
@@ -112,16 +116,17 @@ def encode_linear(
         StoredTensor(f"{prefix}.qzeros", mz, dict(layout=f"{family}_QZEROS", **fields)),
     ]
     if bias is not None:
-        stored.append(StoredTensor(f"{prefix}.bias", np.asarray(bias)))
+        stored.append(StoredTensor(f"{prefix}.bias", np.asarray(bias), dict(dtype=bias_dtype)))
     return family, stored
 
 
-def _scale_dtype_name(scales: NDArray[Any]) -> str:
+def _scale_dtype_name(scales: NDArray[Any], what: str = "scales") -> str:
     names = {"float16": "F16", "float32": "F32", "bfloat16": "BF16"}
     if scales.dtype.name not in names:
+        rule = "LAY-6" if what == "scales" else "LAY-10"
         raise ValueError(
-            f"scales must be float16, float32 or bfloat16 (as BF16 bits), "
-            f"got {scales.dtype} [LAY-6]"
+            f"{what} must be float16, float32 or bfloat16 (as BF16 bits), "
+            f"got {scales.dtype} [{rule}]"
         )
     return names[scales.dtype.name]
 
@@ -150,6 +155,9 @@ def read_linear(
     parts = list(infos.values())
     check_layers(parts, lambda i: parts[i].offset)  # [LAY-7], as full validation checks it
     qi = infos["qweight"]
+    if f"{prefix}.bias" in reader:  # [LAY-10]
+        bias_info = reader.entry(f"{prefix}.bias")
+        check_bias(bias_info, qi, offset=bias_info.offset)
     family = "MARLIN" if qi.layout.startswith("MARLIN_") else "AWQ"
     views = {part: reader.view(info) for part, info in infos.items()}
     bias = reader.tensor(f"{prefix}.bias") if f"{prefix}.bias" in reader else None

@@ -265,10 +265,13 @@ class Reader:
         self._metadata_cache = validate_index(self._index, read).metadata
 
     def verify(self) -> None:
-        """Full validation plus every payload checksum [ENT-10], in slab order."""
+        """Full validation plus every payload checksum [ENT-10], in increasing data_offset
+        order, ties in index order (the order of payload placement)."""
         self.validate()
-        buf = self._index.buf
-        for info in self.iter_entries():
+        index = self._index
+        buf = index.buf
+        for i in np.argsort(index.entries["data_offset"], kind="stable").tolist():
+            info = index.info(index.record(i))
             crc = crc32c(buf[info.offset : info.offset + info.length])
             if crc != info.data_crc:
                 message = f"payload of {info.name!r} is damaged"

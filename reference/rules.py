@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reference.errors import error, field_error
-from spec.constants import ALIGNMENT, MAX_DIMS, U64_MAX
+from spec.constants import ALIGNMENT, MAX_DIMS
 from spec.marlin import GEMM_MIN_K, MARLIN_GROUP_SIZES, QUANT_BITS, TILE_K, TILE_N, pack_factor
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE, LAYOUT_BY_NAME, SCALE_DTYPES
 
@@ -116,15 +116,7 @@ def check_payload(
             "BAD_DTYPE", "unknown dtype code", offset, f"one of {sorted(DTYPE_BY_CODE)}", dtype_code
         )
     nbytes = element_count(shape) * dtype.itemsize  # Python int: cannot overflow [ENT-5]
-    if nbytes > U64_MAX:
-        raise field_error(
-            "BAD_SHAPE",
-            "shape x itemsize does not fit in 64 bits",
-            offset,
-            "< 2**64",
-            f"{shape} x {dtype.itemsize}",
-        )
-    if not extent_fits(shape, dtype.itemsize):
+    if not extent_fits(shape, dtype.itemsize):  # [ENT-5]; then nbytes < 2**63 as well
         raise field_error(
             "BAD_SHAPE",
             "non-zero dimensions x itemsize do not fit in a signed 64-bit size",
@@ -245,14 +237,36 @@ def check_layout(
     return layout.name
 
 
+#: The layouts whose entry makes ``<prefix>.bias`` a layer's bias [LAY-10].
+QWEIGHT_LAYOUTS = frozenset({"AWQ_QWEIGHT", "MARLIN_QWEIGHT"})
+
+
+def check_bias(bias: TensorInfo, qweight: TensorInfo, *, offset: int) -> None:
+    """A layer's ``<prefix>.bias`` is DENSE, F16, BF16 or F32, of shape ``[n]`` [LAY-10]."""
+    found = (bias.layout, bias.dtype, list(bias.shape))
+    if bias.layout != "DENSE" or bias.dtype not in SCALE_DTYPES or bias.shape != (qweight.n,):
+        raise field_error(
+            "BAD_QUANT_FIELDS",
+            f"{bias.name!r} is the bias of a layer with n = {qweight.n}, but does not fit it",
+            offset,
+            f"DENSE, one of {sorted(SCALE_DTYPES)}, [{qweight.n}]",
+            found,
+        )
+
+
 def check_layers(infos: Sequence[TensorInfo], offset_of: Callable[[int], int]) -> None:
     """Every quantised entry is ``<prefix>.<role>`` of a layer whose qweight, scales and
     qzeros all exist, share one layout family and record one k, n, bits and group size
-    [LAY-7].  ``infos`` in index order; the first offender is reported, at ``offset_of(i)``
-    (the entry's record for a reader)."""
+    [LAY-7]; a layer's ``<prefix>.bias`` fits it [LAY-10].  ``infos`` in index order; the
+    first offender is reported, at ``offset_of(i)`` of the entry being checked (the entry's
+    record for a reader)."""
     by_name = {info.name: (i, info) for i, info in enumerate(infos)}
     for i, info in enumerate(infos):
         layout = LAYOUT_BY_NAME[info.layout]
+        stem, dot, last = info.name.rpartition(".")
+        qweight = by_name.get(f"{stem}.qweight") if dot and last == "bias" else None
+        if qweight is not None and qweight[1].layout in QWEIGHT_LAYOUTS:
+            check_bias(info, qweight[1], offset=offset_of(i))  # [LAY-10]
         if not layout.quantized:
             continue
         family = info.layout.split("_", 1)[0]
@@ -281,8 +295,8 @@ def check_layers(infos: Sequence[TensorInfo], offset_of: Callable[[int], int]) -
             if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
                 raise field_error(
                     "BAD_QUANT_FIELDS",
-                    f"{prefix}.{part} disagrees with {info.name!r}",
-                    offset_of(j),
+                    f"{prefix}.{part} (entry {j}) disagrees with {info.name!r}",
+                    offset_of(i),
                     f"{want} k={info.k} n={info.n} bits={info.bits} group_size={info.group_size}",
                     f"{other.layout} k={other.k} n={other.n} bits={other.bits} "
                     f"group_size={other.group_size}",

@@ -7,7 +7,8 @@ The opening checks [RD-1] have already passed when this runs.  Then:
 3. every entry, in index order: bounds, checksum, fields, name, hash, bucket and
    order, canonical packing of names and dims, shape, length, layout, slab bounds
    [ENT-*, NAME-*, IDX-6..8, LAY-*, SLAB-2, SLAB-3];
-4. layers: every quantised entry belongs to one whole layer that agrees [LAY-7];
+4. layers: every quantised entry belongs to one whole layer that agrees [LAY-7], and a
+   layer's bias fits it [LAY-10];
 5. payload placement: overlap, then packing [SLAB-4, SLAB-5];
 6. padding [PAD-1..4];
 7. metadata [META-1..4, LIM-5].
@@ -23,16 +24,19 @@ from numpy.typing import NDArray
 
 from reference.errors import checksum_mismatch, field_error, over_limit
 from reference.index import Index
-from reference.rules import check_layers
+from reference.rules import QWEIGHT_LAYOUTS, check_layers
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
-from spec.registry import LAYOUT_BY_NAME, LAYOUTS
-from spec.schema import ENTRY_FIELD_OFFSET, HEADER_SIZE
+from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME, LAYOUTS, SCALE_DTYPES
+from spec.schema import ENTRY_FIELD_OFFSET, HEADER_FIELD_OFFSET, HEADER_SIZE
 
 #: The roles a quantised layer's parts are named by (``<prefix>.<role>``), numbered from 1 in
 #: the order LAY-7 looks them up; 0 is any other name.
 PARTS = ("qweight", "scales", "qzeros")
-_PART_CODE = {part.encode(): code for code, part in enumerate(PARTS, 1)}
+#: Suffixes the entry pass notes, by code: the three parts, then ``bias`` [LAY-10].
+SUFFIXES = (*PARTS, "bias")
+BIAS = len(SUFFIXES)
+_PART_CODE = {part.encode(): code for code, part in enumerate(SUFFIXES, 1)}
 #: By layout code: the part code a quantised layout's entry must be named by (0: DENSE), and
 #: the layout codes its layer's qweight, scales and qzeros must have [LAY-7].
 _ROLE_OF_LAYOUT = np.zeros(256, np.uint8)
@@ -171,9 +175,9 @@ def _check_entries(index: Index) -> Parts:
         ("names_length", cursors["name_offset"]),
         ("dims_count", cursors["dims_index"]),
     ):
-        if index.header[field] != cursor:
+        if index.header[field] != cursor:  # [ENT-2, ENT-3], at the header field
             message = f"{field} holds bytes no entry uses"
-            where = index.geometry.entries.offset
+            where = HEADER_FIELD_OFFSET[field]
             raise field_error("BAD_ENTRY_FIELD", message, where, cursor, index.header[field])
     return parts
 
@@ -197,12 +201,14 @@ def _check_layers(index: Index, parts: Parts) -> None:
     named = np.flatnonzero(parts.code)
     group = np.full(index.tensor_count, -1, np.int64)  # an exact prefix group per named entry
     group[named], count = _prefix_groups(index, named, parts)
-    members = np.full((count, len(PARTS)), -1, np.int64)  # by group and part: the entry
+    members = np.full((count, len(SUFFIXES)), -1, np.int64)  # by group and suffix: the entry
     members[group[named], parts.code[named].astype(np.int64) - 1] = named
     del named
     good = quantised[parts.code[quantised] == want_role[quantised]]
-    bad = _disagreeing(index, good, members[group[good]])
-    offenders = np.concatenate([misnamed[:1], good[bad][:1]])
+    bad = _disagreeing(index, good, members[group[good], : len(PARTS)])
+    biases = np.flatnonzero(parts.code == BIAS)
+    unfit = biases[_unfit_biases(index, biases, members[group[biases], 0])]
+    offenders = np.concatenate([misnamed[:1], good[bad][:1], unfit[:1]])
     if not offenders.size:
         return
     first = int(offenders.min())
@@ -233,7 +239,7 @@ def _prefix_groups(
         for at in range(int(lo), int(hi)):
             i = int(named[order[at]])
             start = pool + int(e[i]["name_offset"])
-            cut = int(e[i]["name_length"]) - len(PARTS[parts.code[i] - 1]) - 1
+            cut = int(e[i]["name_length"]) - len(SUFFIXES[parts.code[i] - 1]) - 1
             prefix = bytes(index.data[start : start + cut])  # the real bytes
             number = seen.setdefault(prefix, len(seen))
             if number:
@@ -256,6 +262,32 @@ def _disagreeing(
     for field in ("k", "n", "bits", "group_size"):
         bad |= e[field][found] != e[field][good][:, None]
     return np.asarray(bad.any(axis=1))
+
+
+#: Layout codes whose entry makes ``<prefix>.bias`` a layer's bias, and the dtype codes a
+#: bias may have [LAY-10].
+_QWEIGHT_CODES = np.array([LAYOUT_BY_NAME[name].code for name in sorted(QWEIGHT_LAYOUTS)])
+_BIAS_DTYPES = np.array([DTYPE_BY_NAME[name].code for name in sorted(SCALE_DTYPES)])
+
+
+def _unfit_biases(
+    index: Index, biases: NDArray[np.int64], qweight: NDArray[np.int64]
+) -> NDArray[np.bool_]:
+    """Which entries ``biases`` (named ``<prefix>.bias``) are the bias of a layer, its
+    qweight entry being ``qweight`` (-1: none), and do not fit it [LAY-10]."""
+    e = index.entries
+    found = np.where(qweight >= 0, qweight, 0)
+    layer = (qweight >= 0) & np.isin(e["layout"][found], _QWEIGHT_CODES)
+    one_dim = e["ndim"][biases] == 1
+    first = np.where(one_dim, e["dims_index"][biases], 0).astype(np.int64)
+    dims = index.dims[first] if len(index.dims) else np.zeros(len(biases), np.uint64)
+    fits = (
+        (e["layout"][biases] == LAYOUT_BY_NAME["DENSE"].code)
+        & np.isin(e["dtype"][biases], _BIAS_DTYPES)
+        & one_dim
+        & (dims == e["n"][found].astype(np.uint64))
+    )
+    return np.asarray(layer & ~fits)
 
 
 def _report_layer(index: Index, layer: list[int]) -> None:

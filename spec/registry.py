@@ -69,11 +69,11 @@ LAYOUTS: tuple[Layout, ...] = (
         "qweight",
         True,
         False,
-        "AutoAWQ GEMM packing, int32 [k, n/pf]; for layers outside Marlin's shape rules",
+        "AutoAWQ GEMM packing, int32 [k, n // pf]; for layers outside Marlin's shape rules",
     ),
     Layout(2, "AWQ_SCALES", "scales", True, False, "plain scales [G, n] of an AWQ_QWEIGHT layer"),
     Layout(
-        3, "AWQ_QZEROS", "qzeros", True, False, "AutoAWQ GEMM-packed zero points, int32 [G, n/pf]"
+        3, "AWQ_QZEROS", "qzeros", True, False, "AutoAWQ GEMM-packed zero points, int32 [G, n // pf]"
     ),
     Layout(
         4,
@@ -81,7 +81,7 @@ LAYOUTS: tuple[Layout, ...] = (
         "qweight",
         True,
         False,
-        "Marlin tile layout, int32 [k/16, n*16/pf] (vLLM awq_marlin_repack)",
+        "Marlin tile layout, int32 [k // 16, n * 16 // pf] (vLLM awq_marlin_repack)",
     ),
     Layout(
         5,
@@ -97,7 +97,7 @@ LAYOUTS: tuple[Layout, ...] = (
         "qzeros",
         True,
         False,
-        "Marlin-permuted, AWQ-packed zero points, int32 [G, n/pf]",
+        "Marlin-permuted, AWQ-packed zero points, int32 [G, n // pf]",
     ),
     Layout(
         7, "MARLIN_W4A8_QWEIGHT", "qweight", True, True, "reserved: W4A8 (8-bit activation) tiling"
@@ -241,7 +241,12 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode("DUPLICATE_NAME", "TensorNameError", ("NAME-3",), "two entries with the same name"),
     ErrorCode("BAD_DTYPE", "EntryError", ("ENT-4",), "dtype code not in the registry"),
     ErrorCode("BAD_LAYOUT", "EntryError", ("LAY-1",), "layout code unknown or reserved"),
-    ErrorCode("BAD_SHAPE", "EntryError", ("ENT-5",), "shape whose byte size overflows 64 bits"),
+    ErrorCode(
+        "BAD_SHAPE",
+        "EntryError",
+        ("ENT-5",),
+        "a shape whose byte size breaks the bound of ENT-5",
+    ),
     ErrorCode(
         "BAD_LENGTH", "EntryError", ("ENT-6",), "data_length is not product(shape) x itemsize"
     ),
@@ -259,9 +264,9 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
     ErrorCode(
         "BAD_QUANT_FIELDS",
         "EntryError",
-        ("LAY-2", "LAY-3", "LAY-4", "LAY-5", "LAY-6", "LAY-7"),
-        "k, n, bits or group_size contradict the layout, dtype or shape, or a layer's "
-        "entries disagree",
+        ("LAY-2", "LAY-3", "LAY-4", "LAY-5", "LAY-6", "LAY-7", "LAY-10"),
+        "k, n, bits or group_size contradict the layout, dtype or shape, a layer's "
+        "entries disagree, or a layer's bias is not DENSE, a float dtype and [n]",
     ),
     ErrorCode(
         "NONZERO_PADDING",

@@ -50,7 +50,14 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "without overflow (in 128 bits, or by checking each term against `file_size`).",
     ),
     # ---- header
-    _r("HDR-1", "MUST", "The first 8 bytes MUST be `89 41 57 51 0D 0A 1A 0A`."),
+    _r(
+        "HDR-1",
+        "MUST",
+        "The first 8 bytes MUST be `89 41 57 51 0D 0A 1A 0A`. A reader MUST compare the first "
+        "`min(8, file length)` bytes with the magic before anything else: bytes that differ are "
+        "`BAD_MAGIC`, whatever the length (the 6 bytes `GIF89a` included); a file that is a "
+        "proper prefix of the magic, the empty file included, is `TRUNCATED`.",
+    ),
     _r("HDR-2", "MUST", "`alignment` MUST be 65536 and `slab_offset` MUST be `0x10000`."),
     _r("HDR-3", "MUST", "`index_offset` MUST be a multiple of 65536 and at least `slab_offset`."),
     _r(
@@ -124,6 +131,15 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "payload starts at `slab_offset` and each next one at the first 64 KiB boundary at or "
         "after the end of the previous one; `index_offset` is the first 64 KiB boundary at or after "
         "the end of the last one (`slab_offset` when there is none).",
+    ),
+    _r(
+        "SLAB-7",
+        "MUST",
+        "An empty payload (`data_length` 0) takes no part in placement (SLAB-4, SLAB-5): its "
+        "`data_offset` MUST meet SLAB-2 and SLAB-3 (a multiple of 65536 with "
+        "`slab_offset <= data_offset <= index_offset`) and nothing else, so a reader MUST accept "
+        "it at any such offset, `index_offset` and a boundary inside another payload included, "
+        "and reads no byte there.",
     ),
     _r(
         "SLAB-6",
@@ -211,8 +227,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "ENT-5",
         "MUST",
-        "The product of the dimensions times the item size MUST fit in 64 bits; "
-        "a reader MUST compute it without overflow.",
+        "The product of the non-zero dimensions times the item size MUST be below `2**63` "
+        "(the payload size, the product of all the dimensions times the item size, is then "
+        "below `2**63` too, and 0 when a dimension is 0); a reader MUST compute it without "
+        "overflow.",
     ),
     _r(
         "ENT-6",
@@ -242,7 +260,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "ENT-10",
         "MUST",
         "`data_crc` MUST equal the CRC-32C of the payload; a reader MUST check it "
-        "when asked to verify, and SHOULD offer a way to ask.",
+        "when asked to verify, and SHOULD offer a way to ask. Verify takes the entries in "
+        "increasing `data_offset` order, ties in index order (the order of payload placement, "
+        "RD-2), and reports the first mismatch at its `data_offset`.",
     ),
     # ---- names
     _r("NAME-1", "MUST", "A name MUST NOT be empty."),
@@ -286,7 +306,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "suffix, may be empty), and `<prefix>.qweight`, "
         "`<prefix>.scales` and `<prefix>.qzeros` MUST all exist, all be MARLIN_* or all AWQ_*, "
         "and record the same k, n, bits and group size. Full validation checks it after every "
-        "entry has passed, taking the quantised entries in index order (`BAD_QUANT_FIELDS`).",
+        "entry has passed, taking the entries in index order, and for each quantised one its "
+        "two other roles in the order qweight, scales, qzeros (`BAD_QUANT_FIELDS` at the "
+        "offset of the entry being checked).",
     ),
     _r(
         "LAY-8",
@@ -302,6 +324,15 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A reader MAY leave 8-bit MARLIN_* layers unsupported; it MUST then refuse "
         "such a layer when asked for it, and MUST still open the file.",
     ),
+    _r(
+        "LAY-10",
+        "MUST",
+        "An entry named `<prefix>.bias`, where `<prefix>.qweight` is an entry with layout "
+        "AWQ_QWEIGHT or MARLIN_QWEIGHT, is that layer's bias: it MUST be DENSE, F16, BF16 or "
+        "F32, and of shape `[n]` with the qweight's `n`. Full validation checks it in the walk "
+        "of LAY-7, at the bias entry's turn in index order (`BAD_QUANT_FIELDS` at its offset). "
+        "An entry named `.bias` with no such qweight is an ordinary tensor.",
+    ),
     # ---- trailer
     _r("TRL-1", "MUST", "The last 8 bytes MUST be `89 41 57 51 45 4E 44 0A`."),
     _r("TRL-2", "MUST", "`trailer_crc` MUST equal the CRC-32C of trailer bytes 0 to 19."),
@@ -315,13 +346,16 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "META-1",
         "MUST",
         "`metadata_length` 0 means no metadata; otherwise the metadata MUST be "
-        "UTF-8 without a byte order mark.",
+        "valid UTF-8 and MUST NOT start with a byte order mark (the bytes `EF BB BF`). "
+        "U+FEFF anywhere else is an ordinary character: allowed inside a string, and outside "
+        "one a JSON grammar error like any other character that is not JSON.",
     ),
     _r(
         "META-2",
         "MUST",
         "The metadata MUST be one JSON object (RFC 8259) with no duplicate keys "
-        "at any level and no NaN or Infinity.",
+        "at any level, no NaN or Infinity, and no raw control character (U+0000 to U+001F) "
+        "inside a string (RFC 8259 allows them only escaped).",
     ),
     _r(
         "META-3",
@@ -340,10 +374,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "META-5",
         "MUST",
-        "Every number in the metadata MUST be at most 100 bytes long (sign, digits, point and "
-        "exponent) and finite when read as IEEE 754 binary64 (`1e400` is invalid), and every "
-        "string and key MUST be Unicode scalar values: a `\\u` escape of a surrogate MUST be "
-        "the high half of an escaped pair followed by its low half (`BAD_METADATA`).",
+        "Every number in the metadata MUST be at most 100 bytes long, counting the whole "
+        "number token (minus sign, digits, decimal point, and the exponent with its `e` or `E` "
+        "and its sign), and finite when read as IEEE 754 binary64 (`1e400` is invalid), and "
+        "every string and key MUST be Unicode scalar values: a `\\u` escape of a high surrogate "
+        "(`D800` to `DBFF`) MUST be followed directly by a `\\u` escape of a low surrogate "
+        "(`DC00` to `DFFF`), and a low-surrogate escape MUST directly follow a high one "
+        "(`\\udc00` alone is invalid) (`BAD_METADATA`).",
     ),
     _r(
         "META-6",
@@ -416,8 +453,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "RD-1",
         "MUST",
-        "Opening a file MUST check, in this order: magic (when the file has at least 8 bytes), "
-        "size at least header + trailer, major version, header checksum, required flags, reserved bytes, fixed fields, "
+        "Opening a file MUST check, in this order: magic (the first `min(8, file length)` "
+        "bytes, HDR-1), size at least header + trailer, major version, header checksum, required flags, reserved bytes, fixed fields, "
         "limits, file size, index placement and length, trailer magic, trailer checksum, trailer "
         "agreement. These checks read only the header and the trailer.",
     ),
@@ -431,8 +468,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "flags, name (not empty, UTF-8), name hash, dtype, shape size (ENT-5), length, alignment, slab "
         "bounds, layout and quantisation fields (LAY-1 to LAY-6), bucket, then uniqueness and "
         "order inside the bucket; then `names_length` and `dims_count` against the entries; "
-        "layers (LAY-7); payload placement (overlap, then packing); padding (PAD-1, PAD-2, "
-        "PAD-3); metadata (checksum, then META-6's order). The first failed check gives the "
+        "layers and their biases (LAY-7, LAY-10); payload placement (overlap, then packing); "
+        "padding (PAD-1, PAD-2, PAD-3); metadata (checksum, then META-6's order). The first failed check gives the "
         "error code.",
     ),
     _r(

@@ -386,8 +386,33 @@ def accept_vectors() -> list[Vector]:
     )
     vectors.append(
         _accept(
+            "y_metadata_feff_in_string",
+            ("META-1",),
+            "U+FEFF inside strings (a key starts with it): an ordinary character, not a BOM",
+            Content(
+                dense=[("x", np.ones(2), None)],
+                metadata={"\ufeffkey": "a\ufeffb", "plain": "\ufeff"},
+            ),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_bias_outside_layer",
+            ("LAY-10", "NAME-4"),
+            "tensors named <prefix>.bias with no quantised <prefix>.qweight: ordinary tensors",
+            Content(
+                dense=[
+                    ("head.bias", np.arange(6, dtype=np.int8).reshape(2, 3), None),
+                    ("dense.qweight", np.arange(4, dtype=np.int32), None),
+                    ("dense.bias", np.arange(7, dtype=np.uint8), None),
+                ]
+            ),
+        )
+    )
+    vectors.append(
+        _accept(
             "y_marlin_4bit_bias",
-            ("NAME-4", "LAY-7"),
+            ("NAME-4", "LAY-7", "LAY-10"),
             "layer with a plain fp16 bias",
             Content(layers=[draw_layer("proj", 256, 192, 4, 128, 5, bias=True)]),
         )
@@ -429,6 +454,7 @@ def accept_vectors() -> list[Vector]:
             Content(layers=[draw_layer("g256", 512, 64, 4, 256, 8)]),
         )
     )
+    vectors.append(_empty_payloads_anywhere())
     sample = sample_content()
     vectors.append(
         _accept(
@@ -457,6 +483,32 @@ def accept_vectors() -> list[Vector]:
         )
     )
     return vectors
+
+
+def _empty_payloads_anywhere() -> Vector:
+    """Empty payloads moved off the writer's positions to offsets SLAB-7 allows: a boundary
+    inside another payload's bytes, and ``index_offset`` itself.  Same content as written."""
+    rng = np.random.default_rng(5)
+    content = Content(
+        dense=[
+            ("big", rng.standard_normal((300, 200)).astype(np.float32), None),  # 4 blocks
+            ("inside", np.zeros((0, 3), np.float16), None),
+            ("at_index", np.zeros(0, np.uint8), None),
+        ]
+    )
+    data, expected = build(content)
+    ed = FileEditor(data)
+    big = int(ed.entries()[ed.entry_of("big")]["data_offset"])
+    ed.set_entry(ed.entry_of("inside"), data_offset=big + 2 * 65536)
+    ed.set_entry(ed.entry_of("at_index"), data_offset=ed.index_offset).refresh()
+    return Vector(
+        "y_empty_payload_anywhere",
+        "accept",
+        ("SLAB-7", "SLAB-2", "SLAB-3"),
+        "empty payloads inside another payload's span and at index_offset",
+        ed.bytes(),
+        expected,
+    )
 
 
 def either_vectors() -> list[Vector]:

@@ -25,7 +25,7 @@ import numpy as np
 from spec.algorithms import bucket_of, fnv1a_64
 from spec.constants import MAX_METADATA_LENGTH, MAX_TENSORS, SLAB_OFFSET
 from spec.geometry import pack_dims
-from spec.registry import LAYOUT_BY_NAME
+from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME
 from spec.schema import ENTRY_SIZE, HEADER_SIZE
 from tools.vectors.surgery import FileEditor
 
@@ -195,6 +195,48 @@ def _metadata(raw: bytes) -> Callable[[FileEditor], object]:
     return lambda ed: ed.replace_metadata(raw).refresh()
 
 
+def _not_awq2(ed: FileEditor) -> None:
+    """Another format's whole file, shorter than the magic: the 6 bytes of a GIF signature."""
+    ed.data[:] = b"GIF89a"
+
+
+def _grow_index(ed: FileEditor, at: int, raw: bytes, **counts: int) -> None:
+    """Insert ``raw`` into the index region at ``at``, growing the header ``counts`` by the
+    given amounts and ``index_length`` and ``file_size`` by its length."""
+    ed.data[at:at] = raw
+    grown = {name: ed.h(name) + by for name, by in counts.items()}
+    ed.set_header(index_length=ed.h("index_length") + len(raw), file_size=len(ed.data), **grown)
+    ed.refresh()
+
+
+def _spare_name_byte(ed: FileEditor) -> None:
+    """A name pool one byte longer than the names: every entry stays valid [ENT-2]."""
+    _grow_index(ed, ed.metadata_offset, b"x", names_length=1)
+
+
+def _spare_dim(ed: FileEditor) -> None:
+    """A dims section one u64 longer than the shapes: every entry stays valid [ENT-3]."""
+    _grow_index(ed, ed.names_offset, pack_dims([1]), dims_count=1)
+
+
+def _empty_entry(ed: FileEditor) -> int:
+    return next(i for i, e in enumerate(ed.entries()) if not e["data_length"])
+
+
+def _truncated_utf8_name(ed: FileEditor) -> None:
+    """The last name's last two bytes become E2 82: a 3-byte sequence cut short."""
+    _, end = ed.name_range(last_entry(ed))
+    ed.set_bytes(end - 2, b"\xe2\x82").refresh()
+
+
+def _bias(ed: FileEditor, **fields: int) -> None:
+    """Retype the sample layer's bias (F16 [64], 128 bytes) keeping its byte length."""
+    i = _entry_named(ed, ".bias")
+    if "dim" in fields:
+        ed.set_bytes(dims_at(ed, i), pack_dims([fields.pop("dim")]))
+    ed.set_entry(i, **fields).refresh()
+
+
 def _metadata_duplicate_key(ed: FileEditor) -> None:
     doc = b'{"a":1,"a":2}'
     length = ed.h("metadata_length")
@@ -207,7 +249,7 @@ M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
     # truncation at every structural boundary [FILE-1]
     M("truncated_empty", _truncate_at(lambda ed: 0), "TRUNCATED", ("FILE-1",), "open", "zero bytes"),
-    M("truncated_in_magic", _truncate_at(lambda ed: 5), "TRUNCATED", ("FILE-1",), "open", "5 bytes"),
+    M("truncated_in_magic", _truncate_at(lambda ed: 5), "TRUNCATED", ("FILE-1", "HDR-1"), "open", "5 bytes"),
     M("truncated_after_header", _truncate_at(lambda ed: HEADER_SIZE), "TRUNCATED", ("FILE-1",), "open", "the header alone"),
     M("truncated_in_padding", _truncate_at(lambda ed: 0x8000), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut inside the zero padding"),
     M("truncated_at_slab", _truncate_at(lambda ed: SLAB_OFFSET), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "cut where the slab starts"),
@@ -219,6 +261,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("truncated_last_byte", _truncate_at(lambda ed: len(ed.data) - 1), "TRUNCATED", ("FILE-1", "FILE-2"), "open", "one byte short"),
     # header [HDR, VER]
     M("bad_magic", lambda ed: ed.set_bytes(0, b"GGUF"), "BAD_MAGIC", ("HDR-1",), "open", "another format's magic"),
+    M("short_not_awq2", _not_awq2, "BAD_MAGIC", ("HDR-1",), "open", "the 6 bytes GIF89a: the magic is compared before the size"),
     M("magic_crlf_damage", lambda ed: ed.set_bytes(4, b"\n\x1a\n\x02"), "BAD_MAGIC", ("HDR-1",), "open", "CR LF -> LF conversion"),
     M("major_version_3", lambda ed: ed.set_header(version_major=3).refresh(), "UNSUPPORTED_VERSION", ("VER-2",), "open", "major 3, checksums valid"),
     M("major_version_1_bad_crc", lambda ed: ed.set_header(version_major=1), "UNSUPPORTED_VERSION", ("VER-2", "HDR-4"), "open", "version is checked before the checksum"),
@@ -247,11 +290,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("entry_checksum", lambda ed: ed.flip_bit(ed.entry_offset(0) + 8, 1).refresh(entries=False), "BAD_ENTRY_CHECKSUM", ("ENT-9", "CRC-1"), "validate", "entry bytes changed, entry_crc not"),
     M("entry_flags", lambda ed: ed.set_entry(0, flags=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-1",), "validate", "reserved entry flags"),
     M("dims_index_not_canonical", lambda ed: ed.set_entry(last_entry(ed), dims_index=0).refresh(), "BAD_ENTRY_FIELD", ("ENT-3",), "validate", "dims not packed in entry order"),
+    M("names_length_unused_byte", _spare_name_byte, "BAD_ENTRY_FIELD", ("ENT-2",), "validate", "names_length one more than the names add up to"),
+    M("dims_count_unused_dim", _spare_dim, "BAD_ENTRY_FIELD", ("ENT-3",), "validate", "dims_count one more than the ndims add up to"),
     M("name_offset_not_canonical", lambda ed: ed.set_entry(0, name_offset=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-2",), "validate", "names not packed in entry order"),
     M("unknown_dtype", lambda ed: ed.set_entry(0, dtype=99).refresh(), "BAD_DTYPE", ("ENT-4", "ENT-7"), "validate", "dtype 99"),
     M("reserved_layout", lambda ed: ed.set_entry(0, layout=7).refresh(), "BAD_LAYOUT", ("LAY-1",), "validate", "layout 7 (reserved for W4A8)"),
     M("dense_with_bits", lambda ed: ed.set_entry(_entry_named(ed, "norm.weight"), bits=4).refresh(), "BAD_QUANT_FIELDS", ("LAY-2",), "validate", "DENSE entry with bits = 4"),
     M("name_hash", lambda ed: ed.set_entry(0, name_hash=int(ed.entries()[0]["name_hash"]) ^ 1).refresh(), "BAD_NAME_HASH", ("IDX-7",), "validate", "hash off by one bit"),
+    M("name_truncated_utf8", _truncated_utf8_name, "BAD_NAME_UTF8", ("NAME-2",), "validate", "a name ending in E2 82, a 3-byte sequence cut short"),
     M("empty_name", lambda ed: ed.set_entry(last_entry(ed), name_length=0).refresh(), "EMPTY_NAME", ("NAME-1",), "validate", "zero-length name"),
     M("invalid_utf8_name", _bad_utf8_name, "BAD_NAME_UTF8", ("NAME-2",), "validate", "name bytes 0xFF"),
     M("duplicate_name", _duplicate, "DUPLICATE_NAME", ("NAME-3", "IDX-8"), "validate", "two entries named alike", base="pair"),
@@ -263,6 +309,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("misaligned_payload", lambda ed: ed.set_entry(biggest(ed), data_offset=int(ed.entries()[biggest(ed)]["data_offset"]) + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "ENT-7"), "validate", "payload 8 bytes past a boundary"),
     M("payload_past_slab", lambda ed: ed.set_entry(biggest(ed), data_offset=ed.index_offset).refresh(), "OUT_OF_BOUNDS", ("SLAB-3", "ENT-7"), "validate", "payload inside the index"),
     M("payload_before_slab", lambda ed: ed.set_entry(biggest(ed), data_offset=0).refresh(), "OUT_OF_BOUNDS", ("SLAB-3",), "validate", "payload over the header"),
+    M("empty_payload_past_index", lambda ed: ed.set_entry(_empty_entry(ed), data_offset=ed.index_offset + 65536).refresh(), "OUT_OF_BOUNDS", ("SLAB-3", "SLAB-7"), "validate", "an empty payload 64 KiB past index_offset"),
+    M("empty_payload_misaligned", lambda ed: ed.set_entry(_empty_entry(ed), data_offset=SLAB_OFFSET + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "SLAB-7"), "validate", "an empty payload 8 bytes past a boundary"),
     M("overlapping_payloads", _overlap, "OVERLAP", ("SLAB-4",), "validate", "two payloads at one offset"),
     M("gap_before_index", _gap_before_index, "SLAB_GAP", ("SLAB-1", "SLAB-5"), "validate", "a spare 64 KiB before the index"),
     M("hidden_bytes_in_header_padding", lambda ed: ed.set_bytes(0x8000, b"\x01"), "NONZERO_PADDING", ("PAD-1", "PAD-4"), "validate", "one byte in the header padding"),
@@ -275,6 +323,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("scales_shape_wrong", _set_quant(".scales", n=128), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "scales entry says n = 128, stores [G, 64]"),
     M("layer_mixed_layout_families", _set_quant(".scales", layout=LAYOUT_BY_NAME["AWQ_SCALES"].code), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "AWQ_SCALES (same dtype and shape) beside MARLIN_QWEIGHT and MARLIN_QZEROS"),
     M("layer_without_qzeros", _rename_suffix(".qzeros", ".qzero"), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "a MARLIN_QZEROS entry renamed <prefix>.qzero? (one letter changed): not named for its role, and the layer lacks qzeros"),
+    M("layer_bias_shape_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["F32"].code, dim=32), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias F32 [32] where n = 64"),
+    M("layer_bias_dtype_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["I16"].code), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias I16 [64]: not a float dtype"),
     # metadata [META]
     M("metadata_checksum", lambda ed: ed.set_header(metadata_crc=1).refresh(metadata=False), "BAD_METADATA_CHECKSUM", ("META-4",), "validate", "metadata_crc wrong"),
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
@@ -284,6 +334,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),
     M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
     M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),
+    M("metadata_lone_low_surrogate", _metadata(rb'{"a":"\udc00x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\udc00, a low surrogate with no high one before it"),
+    M("metadata_control_character", _metadata(b'{"a":"tab\there"}'), "BAD_METADATA", ("META-2",), "validate", "a raw tab (U+0009) inside a string"),
+    M("metadata_number_exponent_too_long", _metadata(b'{"a":1' + b"0" * 94 + b"e+0001}"), "BAD_METADATA", ("META-5",), "validate", "a number of 101 bytes counting its e and exponent sign (99 without them)"),
     M("metadata_lone_surrogate", _metadata(rb'{"a":"\ud800x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\ud800 without its low half"),
     M("metadata_deep_and_malformed", _metadata(b'{"a":' + b"[" * 70 + b"}"), "LIMIT_METADATA", ("META-6", "LIM-5"), "validate", "70 unclosed arrays: the depth is measured before the grammar"),
     # payloads [ENT-10]

@@ -81,9 +81,9 @@ int awq2_open(awq2_file *f, const uint8_t *d, uint64_t size, awq2_error *err)
     memset(f, 0, sizeof *f);
     f->data = d;
     f->size = size;
-    /* 1. magic, when there are 8 bytes (HDR-1) */
-    if (size >= 8 && memcmp(d, AWQ2_MAGIC, 8) != 0)
-        return awq2_fail(err, "BAD_MAGIC", 0, "bytes 0..7 are not the AWQ-v2 magic");
+    /* 1. magic: the first min(8, size) bytes (HDR-1); a proper prefix of it is TRUNCATED */
+    if (memcmp(d, AWQ2_MAGIC, size < 8 ? (size_t)size : 8) != 0)
+        return awq2_fail(err, "BAD_MAGIC", 0, "the first bytes are not the AWQ-v2 magic");
     /* 2. a header and a trailer (FILE-1) */
     if (size < AWQ2_HEADER_SIZE + AWQ2_TRAILER_SIZE)
         return awq2_fail(err, "TRUNCATED", size,
@@ -433,14 +433,44 @@ int awq2_lookup(const awq2_file *f, const uint8_t *name, size_t len, awq2_entry 
 
 static const char *const ROLE_SUFFIX[3] = {".qweight", ".scales", ".qzeros"};
 
+/* LAY-10: an entry named <prefix>.bias, where <prefix>.qweight is an AWQ_QWEIGHT or
+ * MARLIN_QWEIGHT entry, is DENSE, F16, BF16 or F32, of shape [n]. */
+static int check_bias(const awq2_file *f, const awq2_entry *e, awq2_error *err)
+{
+    static const char BIAS[] = ".bias", QWEIGHT[] = ".qweight";
+    uint8_t name[AWQ2_MAX_NAME_LENGTH + 16];
+    size_t blen = sizeof BIAS - 1, qlen = sizeof QWEIGHT - 1;
+    awq2_entry qw;
+    if (e->name_length < blen || memcmp(e->name + e->name_length - blen, BIAS, blen) != 0)
+        return 0;
+    size_t plen = e->name_length - blen;
+    memcpy(name, e->name, plen);
+    memcpy(name + plen, QWEIGHT, qlen);
+    int found = awq2_lookup(f, name, plen + qlen, &qw, err);
+    if (found < 0)
+        return -1;
+    if (!found || (qw.layout != AWQ2_AWQ_QWEIGHT && qw.layout != AWQ2_MARLIN_QWEIGHT))
+        return 0; /* an ordinary tensor */
+    int fp = e->dtype == AWQ2_F16 || e->dtype == AWQ2_BF16 || e->dtype == AWQ2_F32;
+    if (e->layout != AWQ2_DENSE || !fp || e->ndim != 1 || e->dims[0] != qw.n)
+        return awq2_fail(err, "BAD_QUANT_FIELDS", e->at,
+                         "%.*s is the bias of a layer with n = %u: expected DENSE, F16, BF16 or "
+                         "F32, shape [%u]", (int)e->name_length, (const char *)e->name, qw.n,
+                         qw.n);
+    return 0;
+}
+
 /* Every quantised entry is named <prefix>.<role of its layout>, and <prefix>.qweight,
- * .scales and .qzeros all exist, in one family, with the same k, n, bits and group_size. */
+ * .scales and .qzeros all exist, in one family, with the same k, n, bits and group_size
+ * (LAY-7); a layer's bias fits it (LAY-10).  One walk in index order. */
 static int check_layers(const awq2_file *f, awq2_error *err)
 {
     awq2_entry e, other;
     uint8_t name[AWQ2_MAX_NAME_LENGTH + 16];
     for (uint64_t i = 0; i < f->tensor_count; i++) {
         if (awq2_read_entry(f, i, &e, err))
+            return -1;
+        if (check_bias(f, &e, err))
             return -1;
         if (e.layout == AWQ2_DENSE)
             continue;
@@ -491,14 +521,6 @@ static int by_offset_then_index(const void *a, const void *b)
     if (x->offset != y->offset)
         return x->offset < y->offset ? -1 : 1;
     return (x->index > y->index) - (x->index < y->index);
-}
-
-static int by_offset_then_name(const void *a, const void *b)
-{
-    const placed *x = a, *y = b;
-    if (x->offset != y->offset)
-        return x->offset < y->offset ? -1 : 1;
-    return name_cmp(x->name, x->name_length, y->name, y->name_length);
 }
 
 static int check_zero(const uint8_t *data, uint64_t from, uint64_t to, const char *what,
@@ -660,14 +682,14 @@ int awq2_validate(const awq2_file *f, awq2_error *err)
     return awq2_check_metadata(d + f->metadata_at, (size_t)f->metadata_length, f->metadata_at, err);
 }
 
-/* Verify (ENT-10): every payload's CRC-32C, in data_offset order, then by name. */
+/* Verify (ENT-10): every payload's CRC-32C, in data_offset order, ties in index order. */
 int awq2_verify(const awq2_file *f, awq2_error *err)
 {
     placed *v;
     size_t m;
     if (collect(f, 1, &v, &m, err))
         return -1;
-    qsort(v, m, sizeof *v, by_offset_then_name);
+    qsort(v, m, sizeof *v, by_offset_then_index);
     for (size_t j = 0; j < m; j++) {
         uint32_t crc = awq2_crc32c(0, f->data + v[j].offset, (size_t)v[j].length);
         if (crc != v[j].crc) {
