@@ -73,7 +73,12 @@ LAYOUTS: tuple[Layout, ...] = (
     ),
     Layout(2, "AWQ_SCALES", "scales", True, False, "plain scales [G, n] of an AWQ_QWEIGHT layer"),
     Layout(
-        3, "AWQ_QZEROS", "qzeros", True, False, "AutoAWQ GEMM-packed zero points, int32 [G, n // pf]"
+        3,
+        "AWQ_QZEROS",
+        "qzeros",
+        True,
+        False,
+        "AutoAWQ GEMM-packed zero points, int32 [G, n // pf]",
     ),
     Layout(
         4,

@@ -282,7 +282,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "LAY-4",
         "MUST",
         "A quantised entry's `group_size` MUST be -1 or a positive divisor of `k`, and "
-        "`n` MUST be a multiple of the pack factor `32 / bits`; a MARLIN_* entry MUST also have "
+        "`n` MUST be a multiple of the pack factor `32 // bits`; a MARLIN_* entry MUST also have "
         "`k % 128 == 0`, `n % 64 == 0` and a group size of -1, 32, 64 or 128. A reader checks "
         "LAY-3, then group size, pack factor and the Marlin rules in that order, then LAY-5.",
     ),
@@ -499,6 +499,15 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "every check and every view uses that copy only, so that a later truncation or rewrite "
         "of the file cannot reach the reader.",
         subject="runtime",
+    ),
+    _r(
+        "RD-6",
+        "MUST",
+        "A loader run by the conformance suite MUST check every file at all three levels, open "
+        "(RD-1), full validation (RD-2) and verify (ENT-10), in that order, before it accepts "
+        "it, and MUST report the code of the first check that fails; a vector's check level "
+        "names the level that catches it.",
+        subject="reader",
     ),
     # ---- writing
     _r(

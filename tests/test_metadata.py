@@ -43,10 +43,23 @@ def _code(raw: bytes) -> str | None:
         (b' {"a":1}\n', None),  # whitespace around the object
         (b"\xef\xbb\xbf{}", "BAD_METADATA"),  # a byte order mark
         (b"[1]", "BAD_METADATA"),  # not an object
+        # 2.0 clarifications: the e and its sign count: 1, 93 zeros, e+0001 is a 100-byte token
+        (b'{"a":1' + b"0" * 93 + b"e+0001}", None),
+        (b'{"a":1' + b"0" * 94 + b"e+0001}", "BAD_METADATA"),  # 101 bytes, 99 without e, +
+        (b'{"a":-1' + b"0" * 92 + b"E-0001}", None),  # 100 bytes with sign, E and -
+        (b'{"a":"\\udc00\\ud800"}', "BAD_METADATA"),  # a low half before a high one
+        (b'{"a":"x\ty"}', "BAD_METADATA"),  # a raw tab inside a string
+        (b'{"a":"x\x00y"}', "BAD_METADATA"),  # a raw U+0000
+        (b'{"a":"x\x1fy"}', "BAD_METADATA"),  # a raw U+001F
+        (b'{"a":"x\\u0009\\u0000y"}', None),  # the same characters escaped
+        (b'{"a":"\xef\xbb\xbf"}', None),  # U+FEFF inside a string: a character
+        (b'{"\xef\xbb\xbfk":"\\ufeff"}', None),  # at the start of a key, and escaped
+        (b" \xef\xbb\xbf{}", "BAD_METADATA"),  # U+FEFF after whitespace: not JSON
+        (b"{}\xef\xbb\xbf", "BAD_METADATA"),  # nor after the object
     ],
 )
 def test_numbers_strings_and_keys_at_their_edges(raw, code):
-    """META-5 and META-2, one document each."""
+    """META-1, META-2 and META-5, one document each."""
     assert _code(raw) == code
 
 

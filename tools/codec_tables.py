@@ -49,8 +49,9 @@ def tile_words(bits: int) -> int:
 
 
 def marlin_code_at(row: int, word: int, field: int, bits: int) -> tuple[int, int]:
-    """Forward map: the ``(k, n)`` of the code that Marlin qweight word ``(row, word)`` holds
-    in field ``field``.  ``word`` is the column in the row (tile ``T = word // tile_words``).
+    """Forward map: the index ``(row, col)`` in ``q`` of the code that Marlin qweight word
+    ``word`` of array row ``row`` (the codec chapter's ``R``) holds in field ``field``.
+    ``word`` is the column in the row (tile ``T = word // tile_words``).
     """
     pf = pack_factor(bits)
     if not 0 <= field < pf:
@@ -70,7 +71,8 @@ def marlin_code_at(row: int, word: int, field: int, bits: int) -> tuple[int, int
 
 
 def marlin_position(k: int, n: int, bits: int) -> tuple[int, int, int]:
-    """Inverse map: ``(row, word, field)`` of the Marlin qweight that holds code ``q[k][n]``."""
+    """Inverse map: ``(R, word, field)`` of the Marlin qweight that holds code ``q[k][n]``
+    (``k``, ``n`` here the indices the codec chapter calls ``row`` and ``col``)."""
     row, kk = divmod(k, TILE_K)  # kk = 2*(L % 4) + dk + 8*hk
     tile, nn = divmod(n, TILE_N)  # nn = 16*S + L // 4 + 8*blk
     hk, rest = divmod(kk, 8)
@@ -147,7 +149,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 
 
 def tile_table(bits: int, words: int | None = None) -> str:
-    """Tile 0 of row 0, by default lanes 0 and 1: the ``(k, n)`` each field of each word holds."""
+    """Tile 0 of row 0, by default lanes 0 and 1: the ``(row, col)`` of ``q`` each field of
+    each word holds."""
     pf = pack_factor(bits)
     per_lane = 4 if bits == 4 else 8
     if words is None:
@@ -167,9 +170,9 @@ def tile_table(bits: int, words: int | None = None) -> str:
 
 
 def subtile_table() -> str:
-    """Inverse view, 4-bit: for each code of the 16x16 block k, n < 16 of tile 0,
-    ``word.field`` where it is stored (row 0)."""
-    header = ["k \\ n"] + [str(n) for n in range(16)]
+    """Inverse view, 4-bit: for each code of the 16x16 block row, col < 16 of tile 0,
+    ``word.field`` where it is stored (array row 0)."""
+    header = ["row \\ col"] + [str(n) for n in range(16)]
     rows = []
     for k in range(16):
         cells: list[object] = [k]
@@ -195,7 +198,7 @@ def check_words_table(bits: int) -> str:
         value = marlin_word(row, w, bits, lambda k, n: check_code(bits, k, n))
         raw = " ".join(f"{b:02x}" for b in value.to_bytes(4, "little"))
         rows.append([row, w, 4 * (row * width + w), f"`0x{value:08X}`", f"`{raw}`"])
-    header = ["row", "word", "byte offset", "value (u32)", "bytes in the payload"]
+    header = ["R", "word", "byte offset", "value (u32)", "bytes in the payload"]
     return "\n".join(_table(header, rows))
 
 

@@ -284,7 +284,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("trailer_checksum", lambda ed: ed.flip_bit(len(ed.data) - 20, 3), "BAD_TRAILER_CHECKSUM", ("TRL-2",), "open", "one trailer bit flipped"),
     M("trailer_disagrees", lambda ed: ed.set_trailer(index_offset=ed.index_offset + 65536).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer points elsewhere, its own checksum valid"),
     # index [IDX, ENT, NAME]
-    M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1"), "validate", "one name bit flipped"),
+    M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1", "RD-6"), "validate", "one name bit flipped"),
     M("bucket_table_decreasing", _bucket_table_decreasing, "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "a bucket bound out of order"),
     M("bucket_too_long", _one_long_bucket, "LIMIT_BUCKET", ("LIM-6", "IDX-5"), "validate", "100 entries in one bucket", base="many"),
     M("entry_checksum", lambda ed: ed.flip_bit(ed.entry_offset(0) + 8, 1).refresh(entries=False), "BAD_ENTRY_CHECKSUM", ("ENT-9", "CRC-1"), "validate", "entry bytes changed, entry_crc not"),
@@ -340,7 +340,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_lone_surrogate", _metadata(rb'{"a":"\ud800x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\ud800 without its low half"),
     M("metadata_deep_and_malformed", _metadata(b'{"a":' + b"[" * 70 + b"}"), "LIMIT_METADATA", ("META-6", "LIM-5"), "validate", "70 unclosed arrays: the depth is measured before the grammar"),
     # payloads [ENT-10]
-    M("tensor_checksum", _flip_payload, "BAD_TENSOR_CHECKSUM", ("ENT-10", "CRC-1"), "verify", "one payload bit flipped"),
+    M("tensor_checksum", _flip_payload, "BAD_TENSOR_CHECKSUM", ("ENT-10", "CRC-1", "RD-6"), "verify", "one payload bit flipped"),
 )  # fmt: skip
 
 MUTATION_BY_ID = {m.id: m for m in MUTATIONS}
