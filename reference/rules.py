@@ -290,12 +290,12 @@ def check_layers(infos: Sequence[TensorInfo], offset_of: Callable[[int], int]) -
                     f"an entry {prefix}.{part} with layout {want}",
                     "none",
                 )
-            j, other = found
+            _, other = found
             fields = (other.k, other.n, other.bits, other.group_size)
             if other.layout != want or fields != (info.k, info.n, info.bits, info.group_size):
                 raise field_error(
                     "BAD_QUANT_FIELDS",
-                    f"{prefix}.{part} (entry {j}) disagrees with {info.name!r}",
+                    f"{prefix}.{part} disagrees with {info.name!r}",
                     offset_of(i),
                     f"{want} k={info.k} n={info.n} bits={info.bits} group_size={info.group_size}",
                     f"{other.layout} k={other.k} n={other.n} bits={other.bits} "

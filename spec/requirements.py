@@ -133,6 +133,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "the end of the last one (`slab_offset` when there is none).",
     ),
     _r(
+        "SLAB-6",
+        "SHOULD",
+        "A writer SHOULD place payloads in the order the tensors were given, so "
+        "that a loader reading in model order reads the file front to back.",
+        subject="writer",
+    ),
+    _r(
         "SLAB-7",
         "MUST",
         "An empty payload (`data_length` 0) takes no part in placement (SLAB-4, SLAB-5): its "
@@ -140,13 +147,6 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "`slab_offset <= data_offset <= index_offset`) and nothing else, so a reader MUST accept "
         "it at any such offset, `index_offset` and a boundary inside another payload included, "
         "and reads no byte there.",
-    ),
-    _r(
-        "SLAB-6",
-        "SHOULD",
-        "A writer SHOULD place payloads in the order the tensors were given, so "
-        "that a loader reading in model order reads the file front to back.",
-        subject="writer",
     ),
     # ---- index
     _r(
