@@ -102,7 +102,7 @@ def _write(value: Any, out: list[str], indent: int | None, level: int, ascii_onl
     elif isinstance(value, int):
         out.append(str(int(value)))  # exact, whatever the size
     elif isinstance(value, dict):
-        items = [(_key(k, ascii_only), v) for k, v in value.items()]
+        items: list[tuple[str | None, Any]] = [(_key(k, ascii_only), v) for k, v in value.items()]
         _container("{", "}", items, out, indent, level, ascii_only)
     elif isinstance(value, (list, tuple)):
         _container("[", "]", [(None, v) for v in value], out, indent, level, ascii_only)

@@ -5,9 +5,13 @@ The adapter protocol (language-neutral; published in the docs with its JSON Sche
 * the runner invokes the loader command once per vector, ``{file}`` replaced by the
   vector's path, with a timeout;
 * **accept**: exit status 0 and, on stdout, one JSON document describing what the
-  loader read (``schema/adapter-output.schema.json``);
+  loader read (``schema/adapter-output.schema.json``), compared with the manifest's content
+  number by number as written (:mod:`conformance.exactjson`): metadata numbers exactly as the
+  file writes them, integers in plain decimal [ADP-1, ADP-2]; tensors and layers in any order
+  [ADP-3];
 * **reject**: exit status 1; stdout MAY hold ``{"error": {"code": "BAD_MAGIC", ...}}``
-  or a line starting with the error code;
+  (``schema/adapter-error.schema.json``, ``offset`` an integer [ADP-4]) or a line starting
+  with the error code;
 * anything else (another status, a signal, a timeout, status 0 without a valid
   document) is a **crash**.
 

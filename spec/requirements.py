@@ -530,7 +530,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "ADP-4",
         "MUST",
         "An adapter that prints an error document on a reject "
-        "(`{\"error\": {\"code\": ..., \"offset\": ...}}`) MUST give `offset` as a JSON integer in "
+        '(`{"error": {"code": ..., "offset": ...}}`) MUST give `offset` as a JSON integer in '
         "plain decimal, the byte position in the file that RD-3 names (never a string); the "
         "runner judges a reject by its `code` alone.",
         subject="adapter",

@@ -313,8 +313,11 @@ LONGEST_FLOAT = "-1." + "2345678901" * 9 + "23" + "e-300"
 #: Numbers a binary64 parser and printer changes, each as the file writes it [ADP-1, META-5].
 EXACT_NUMBERS = (
     b'{"above_2p53":12345678901234567890,"below_i64_min":-9223372036854775809,'
-    b'"longest_integer":' + LONGEST_INTEGER.encode() + b',"longest_float":'
-    + LONGEST_FLOAT.encode() + b',"underflows_to_0":1e-400,"minus_zero":-0,"one_point_zero":1.0,'
+    b'"longest_integer":'
+    + LONGEST_INTEGER.encode()
+    + b',"longest_float":'
+    + LONGEST_FLOAT.encode()
+    + b',"underflows_to_0":1e-400,"minus_zero":-0,"one_point_zero":1.0,'
     b'"capital_exponent":1E5,"tenth":0.1,"rounds_to_1":1.0000000000000001,'
     b'"u64_max":18446744073709551615,"in_a_list":[-0.0,2e+0,0E-0,1.5e1,100]}'
 )
@@ -324,14 +327,14 @@ ESCAPES = (
     r'"pair \ud83d\ude00":"\ud83d\ude00","raw 😀":"😀",'
     r'"slash \/":"a\/b","quote \"":"\"q\"","backslash \\":"\\","nul \u0000":"a\u0000b",'
     r'"controls \b\f\n\r\t":"\u001f","\u6a21\u578b":"模型"}'
-).encode("utf-8")
+).encode()
 
 
 def exact_metadata_vectors() -> list[Vector]:
     """Metadata that a JSON library built on binary64 and JavaScript strings reads and prints
     differently from the file [ADP-1]: long integers, META-5's longest number, an underflow,
     ``-0``, ``1.0``, ``1E5``; escapes of every kind beside raw UTF-8."""
-    tensor = [("x", np.arange(3, dtype=np.uint8), None)]
+    tensor: list[tuple[str, np.ndarray, str | None]] = [("x", np.arange(3, dtype=np.uint8), None)]
     assert len(LONGEST_INTEGER) == len(LONGEST_FLOAT) == 100
     return [
         _accept(
@@ -345,7 +348,7 @@ def exact_metadata_vectors() -> list[Vector]:
         _accept(
             "y_metadata_escapes",
             ("ADP-1", "META-1", "META-2", "META-5"),
-            "keys and strings with \\u00e9, a surrogate pair, \\/, \\\", \\\\, \\u0000 and "
+            'keys and strings with \\u00e9, a surrogate pair, \\/, \\", \\\\, \\u0000 and '
             "controls, beside the same letters in raw UTF-8",
             Content(dense=tensor, metadata_raw=ESCAPES),
         ),

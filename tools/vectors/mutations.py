@@ -322,6 +322,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
     M("metadata_duplicate_empty_key", _metadata(b'{"":1,"":2}'), "BAD_METADATA", ("META-2",), "validate", "the empty key given twice"),
     M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),
+    M("metadata_nan", _metadata(b'{"a":NaN}'), "BAD_METADATA", ("META-2",), "validate", "NaN: not JSON, though Python's json reads it"),
+    M("metadata_trailing_comma", _metadata(b'{"a":1,}'), "BAD_METADATA", ("META-2",), "validate", "a comma before the closing brace"),
     M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
     M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),
     M("metadata_lone_surrogate", _metadata(rb'{"a":"\ud800x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\ud800 without its low half"),
