@@ -253,6 +253,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("major_version_1_bad_crc", lambda ed: ed.set_header(version_major=1), "UNSUPPORTED_VERSION", ("VER-2", "HDR-4"), "open", "version is checked before the checksum"),
     M("header_checksum", lambda ed: ed.flip_bit(0x48, 0), "BAD_HEADER_CHECKSUM", ("HDR-4", "CRC-1"), "open", "one bit of tensor_count flipped"),
     M("unknown_required_flag", lambda ed: ed.set_header(required_flags=1 << 17).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 17"),
+    M("unknown_required_flag_bit_40", lambda ed: ed.set_header(required_flags=1 << 40).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 40: lost by 32-bit bitwise operators (JavaScript's & on a Number)"),
+    M("unknown_required_flag_bit_63", lambda ed: ed.set_header(required_flags=1 << 63).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 63, the sign bit of an i64"),
     M("reserved_header_byte", lambda ed: ed.set_header(reserved1=b"\x00\x01\x00").refresh(), "BAD_HEADER_FIELD", ("HDR-5",), "open", "reserved byte set in a 2.0 file"),
     M("alignment_4096", lambda ed: ed.set_header(alignment=4096).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "alignment field not 65536"),
     M("slab_offset_moved", lambda ed: ed.set_header(slab_offset=0x20000).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "slab_offset not 0x10000"),
