@@ -5,9 +5,13 @@ The adapter protocol (language-neutral; published in the docs with its JSON Sche
 * the runner invokes the loader command once per vector, ``{file}`` replaced by the
   vector's path, with a timeout;
 * **accept**: exit status 0 and, on stdout, one JSON document describing what the
-  loader read (``schema/adapter-output.schema.json``);
+  loader read (``schema/adapter-output.schema.json``), compared with the manifest's content
+  number by number as written (:mod:`conformance.exactjson`): metadata numbers exactly as the
+  file writes them, integers in plain decimal [ADP-1, ADP-2]; tensors and layers in any order
+  [ADP-3];
 * **reject**: exit status 1; stdout MAY hold ``{"error": {"code": "BAD_MAGIC", ...}}``
-  or a line starting with the error code;
+  (``schema/adapter-error.schema.json``, ``offset`` an integer [ADP-4]) or a line starting
+  with the error code;
 * anything else (another status, a signal, a timeout, status 0 without a valid
   document) is a **crash**.
 
@@ -59,6 +63,7 @@ from typing import Any
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
+from conformance import exactjson
 from reference.text import escape
 
 HERE = Path(__file__).resolve().parent
@@ -188,10 +193,10 @@ def run_loader(loader: Loader, file: Path, timeout: float) -> tuple[str, Any, st
         return "crash", None, f"printed more than {STDOUT_LIMIT >> 20} MiB on stdout", seconds
     returncode = proc.returncode
     if returncode == 0:
-        try:
-            doc = json.loads(out.decode("utf-8", "replace"))
-        except ValueError:
-            return "crash", None, "exit 0 without a JSON document on stdout", seconds
+        try:  # numbers kept as written, compared exactly [ADP-1]
+            doc = exactjson.loads(out.decode("utf-8", "replace"))
+        except ValueError as exc:
+            return "crash", None, f"exit 0 without a JSON document on stdout: {exc}", seconds
         if not isinstance(doc, dict) or not isinstance(doc.get("tensors"), list):
             return "crash", None, "exit 0 with a document that is not adapter output", seconds
         return "accept", doc, "", seconds
@@ -335,9 +340,8 @@ def compare(expected: dict[str, Any], got: dict[str, Any]) -> str:
                 return (
                     f"layer {prefix!r}: {key} expected {value!r}, found {got_l[prefix].get(key)!r}"
                 )
-    if got.get("metadata", {}) != expected.get("metadata", {}):
-        return "metadata differs"
-    return ""
+    found = exactjson.difference(expected.get("metadata", {}), got.get("metadata", {}), "metadata")
+    return f"metadata differs: {found}" if found else ""  # numbers by lexeme [ADP-1]
 
 
 def judge(vector: dict[str, Any], kind: str, result: Any, detail: str) -> tuple[bool, str]:
@@ -363,9 +367,14 @@ def judge(vector: dict[str, Any], kind: str, result: Any, detail: str) -> tuple[
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    """The manifest, each vector's expected ``content`` with its numbers as written [ADP-1]."""
+    text = path.read_text(encoding="utf-8")
+    doc = json.loads(text)
     if doc.get("manifest_version") != 1 or not isinstance(doc.get("vectors"), list):
         raise ValueError(f"{path}: not a version 1 conformance manifest")
+    for vector, exact in zip(doc["vectors"], exactjson.loads(text)["vectors"], strict=True):
+        if "content" in vector:
+            vector["content"] = exact["content"]
     return doc
 
 

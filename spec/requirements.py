@@ -18,7 +18,8 @@ class Requirement:
     #: what the statement constrains: "file" and "reader" statements are checked by
     #: conformance vectors; "writer", "converter" and "spec" ones by the test suite, and so
     #: are "runtime" ones (what a reader does while the open file changes under it, which a
-    #: static vector cannot show).
+    #: static vector cannot show), and "adapter" ones (how a loader reports what it read to the
+    #: conformance runner, docs/conformance/index.md).
     subject: str = "file"
 
 
@@ -543,6 +544,42 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "leave holes, so that a full file system fails the write, with an error the writer "
         "reports, and never a later reader that touches the padding through a memory map.",
         subject="writer",
+    ),
+    # ---- conformance adapter (the protocol between a loader and the runner)
+    _r(
+        "ADP-1",
+        "MUST",
+        "An adapter's accept document MUST give `metadata` as the file's metadata object with "
+        "every number written exactly as in the file, the same characters (`1.0` stays `1.0`, "
+        "`-0` stays `-0`, `1E5` stays `1E5`, `12345678901234567890` stays as it is); strings and "
+        "keys are compared by value after JSON unescaping (any valid escaping is fine), objects "
+        "as maps, arrays in order, numbers by their characters.",
+        subject="adapter",
+    ),
+    _r(
+        "ADP-2",
+        "MUST",
+        "Every integer of an adapter's accept document (each `shape` dimension, `k`, `n`, "
+        "`bits`, `group_size`) MUST be written as a JSON integer in plain decimal, exact for "
+        "every u64 value (`9007199254740993`, not `9007199254740992` or `9.007199254740992e15`); "
+        "the runner compares them by their characters.",
+        subject="adapter",
+    ),
+    _r(
+        "ADP-3",
+        "MAY",
+        "An adapter MAY list `tensors` and `layers` in any order: the runner matches tensors by "
+        "`name` and layers by `prefix`.",
+        subject="adapter",
+    ),
+    _r(
+        "ADP-4",
+        "MUST",
+        "An adapter that prints an error document on a reject "
+        '(`{"error": {"code": ..., "offset": ...}}`) MUST give `offset` as a JSON integer in '
+        "plain decimal, the byte position in the file that RD-3 names (never a string); the "
+        "runner judges a reject by its `code` alone.",
+        subject="adapter",
     ),
 )
 

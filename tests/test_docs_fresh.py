@@ -212,7 +212,15 @@ def test_ids_are_unique_and_well_formed() -> None:
     for req in REQUIREMENTS:
         assert req.level in ("MUST", "SHOULD", "MAY"), req.id
         assert req.level in req.text, f"{req.id}: level {req.level} not in its text"
-        assert req.subject in ("file", "reader", "runtime", "writer", "converter", "spec"), req.id
+        assert req.subject in (
+            "file",
+            "reader",
+            "runtime",
+            "writer",
+            "converter",
+            "spec",
+            "adapter",
+        ), req.id
         assert req.text == req.text.strip() and "\n" not in req.text, req.id
 
 

@@ -4,7 +4,10 @@ Usage: ``python -m conformance.adapters.reference FILE``.
 
 Protocol (docs/conformance/index.md): full validation and every checksum; on success exit 0
 and print the adapter JSON document (``conformance/schema/adapter-output.schema.json``);
-on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "message": ...}}``.
+on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "message": ...}}``
+(``conformance/schema/adapter-error.schema.json``).  Every number is printed as the file
+writes it: the metadata comes from the file's own bytes, read back with
+:mod:`conformance.exactjson` once the reader has checked them [ADP-1].
 Exit 2: usage error.  Exit 3: the file cannot be read (missing, or not a regular file: a folder,
 a FIFO, a device, refused at once by ``reference.files.open_regular``), with the reason in one
 line on stderr, as ``python -m reference.dump`` says it; or any other exception (a crash, with
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import reference
+from conformance import exactjson
 from reference.layers import unpack
 from reference.text import escape
 
@@ -73,8 +77,16 @@ def describe(path: str) -> dict[str, Any]:
             "format_version": "{}.{}".format(*f.version),
             "tensors": tensors,
             "layers": layers,
-            "metadata": f.metadata,
+            "metadata": _metadata_as_written(f),
         }
+
+
+def _metadata_as_written(f: reference.Reader) -> Any:
+    """The metadata object with its numbers as the file writes them [ADP-1]: the checked
+    bytes (META-1 to META-6, by ``verify``) parsed again, keeping each number's lexeme."""
+    section = f.index.geometry.metadata
+    raw = bytes(f.index.data[section.offset : section.end])
+    return exactjson.loads(raw) if raw else {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # any other exception is a crash, never a reject (exit 1)
         traceback.print_exc()
         return EXIT_FAILED
-    print(json.dumps(doc, ensure_ascii=False))
+    print(exactjson.dumps(doc))
     return 0
 
 

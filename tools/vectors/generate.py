@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import reference
+from conformance import exactjson
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
 from spec.constants import MAX_NAME_LENGTH
 from spec.registry import DTYPES
@@ -97,6 +98,9 @@ class Content:
     dense: list[tuple[str, np.ndarray, str | None]] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
     metadata: dict[str, Any] | None = None
+    #: metadata bytes exactly as the file holds them, in place of the writer's canonical
+    #: encoding of ``metadata``: numbers, escapes and key order as written here [ADP-1]
+    metadata_raw: bytes | None = None
 
 
 def draw_layer(
@@ -144,6 +148,8 @@ def build(content: Content) -> tuple[bytes, dict[str, Any]]:
                     scale_dtype=layer.scale_dtype,
                 )
         data = path.read_bytes()
+    if content.metadata_raw is not None:
+        data = FileEditor(data).replace_metadata(content.metadata_raw).refresh().bytes()
     return data, expected_content(data, content, families)
 
 
@@ -162,6 +168,7 @@ def expected_content(data: bytes, content: Content, families: dict[str, str]) ->
             assert array.astype(array.dtype.newbyteorder("<")).tobytes() == payload, name
         dims_start = ed.dims_offset + 8 * int(e["dims_index"])
         shape = np.frombuffer(data, "<u8", int(e["ndim"]), dims_start).tolist()
+        assert name not in dense or tuple(shape) == dense[name][0].shape, name
         dtype = next(d.name for d in DTYPES if d.code == int(e["dtype"]))
         layout = reference_layout_name(int(e["layout"]))
         tensors.append(
@@ -175,7 +182,15 @@ def expected_content(data: bytes, content: Content, families: dict[str, str]) ->
         )
     tensors.sort(key=lambda t: t["name"])
     layers = [layer.expected(families[layer.prefix]) for layer in content.layers]
-    return {"tensors": tensors, "layers": layers, "metadata": content.metadata or {}}
+    return {"tensors": tensors, "layers": layers, "metadata": expected_metadata(content)}
+
+
+def expected_metadata(content: Content) -> Any:
+    """The metadata with every number as the file writes it [ADP-1]: the raw text given, or
+    the JSON text of the metadata drawn (how the writer spells a number: ``json.dumps``)."""
+    if content.metadata_raw is not None:
+        return exactjson.loads(content.metadata_raw)
+    return exactjson.loads(json.dumps(content.metadata or {}))
 
 
 def reference_layout_name(code: int) -> str:
@@ -218,10 +233,22 @@ def many_content(count: int = 100) -> Content:
     return Content(dense=[(f"layer.{i}.w", np.zeros(0, np.float16), None) for i in range(count)])
 
 
+def zero_size_content() -> Content:
+    """Zero-size tensors whose dims the 64-bit boundary vectors set (tools.vectors.mutations)."""
+    return Content(
+        dense=[
+            ("u8", np.zeros((0, 1), np.uint8), None),
+            ("f16", np.zeros((0, 1), np.float16), None),
+            ("u8.3d", np.zeros((0, 1, 1), np.uint8), None),
+        ]
+    )
+
+
 BASES: dict[str, Callable[[], Content]] = {
     "sample": sample_content,
     "pair": pair_content,
     "many": many_content,
+    "zero_size": zero_size_content,
 }
 
 
@@ -277,6 +304,82 @@ def _marlin(bits: int, group_size: int, k: int = 256, n: int = 128, **kw: Any) -
         f"layer.b{bits}.g{group_size}", k, n, bits, group_size, 10 * bits + group_size, **kw
     )
     return Content(layers=[layer], metadata={"case": f"{bits}-bit, group size {group_size}"})
+
+
+#: META-5's longest number, 100 bytes, counted with or without the exponent's ``e`` and sign:
+#: an integer of 100 digits, and a number whose mantissa alone is 95 bytes.
+LONGEST_INTEGER = "1234567890" * 10
+LONGEST_FLOAT = "-1." + "2345678901" * 9 + "23" + "e-300"
+#: Numbers a binary64 parser and printer changes, each as the file writes it [ADP-1, META-5].
+EXACT_NUMBERS = (
+    b'{"above_2p53":12345678901234567890,"below_i64_min":-9223372036854775809,'
+    b'"longest_integer":'
+    + LONGEST_INTEGER.encode()
+    + b',"longest_float":'
+    + LONGEST_FLOAT.encode()
+    + b',"underflows_to_0":1e-400,"minus_zero":-0,"one_point_zero":1.0,'
+    b'"capital_exponent":1E5,"tenth":0.1,"rounds_to_1":1.0000000000000001,'
+    b'"u64_max":18446744073709551615,"in_a_list":[-0.0,2e+0,0E-0,1.5e1,100]}'
+)
+#: Escapes and raw UTF-8 in keys and strings: compared after unescaping [ADP-1, META-1].
+ESCAPES = (
+    r'{"caf\u00e9":"\u00e9t\u00e9","\u00e9 raw: é":"été",'
+    r'"pair \ud83d\ude00":"\ud83d\ude00","raw 😀":"😀",'
+    r'"slash \/":"a\/b","quote \"":"\"q\"","backslash \\":"\\","nul \u0000":"a\u0000b",'
+    r'"controls \b\f\n\r\t":"\u001f","\u6a21\u578b":"模型"}'
+).encode()
+
+
+def exact_metadata_vectors() -> list[Vector]:
+    """Metadata that a JSON library built on binary64 and JavaScript strings reads and prints
+    differently from the file [ADP-1]: long integers, META-5's longest number, an underflow,
+    ``-0``, ``1.0``, ``1E5``; escapes of every kind beside raw UTF-8."""
+    tensor: list[tuple[str, np.ndarray, str | None]] = [("x", np.arange(3, dtype=np.uint8), None)]
+    assert len(LONGEST_INTEGER) == len(LONGEST_FLOAT) == 100
+    return [
+        _accept(
+            "y_metadata_exact_numbers",
+            ("ADP-1", "META-2", "META-5"),
+            "numbers as written: 12345678901234567890, -9223372036854775809, 100-byte numbers "
+            "(with and without an exponent), 1e-400 (0 in binary64, valid), -0, 1.0, 1E5, 0.1, "
+            "1.0000000000000001",
+            Content(dense=tensor, metadata_raw=EXACT_NUMBERS),
+        ),
+        _accept(
+            "y_metadata_escapes",
+            ("ADP-1", "META-1", "META-2", "META-5"),
+            'keys and strings with \\u00e9, a surrogate pair, \\/, \\", \\\\, \\u0000 and '
+            "controls, beside the same letters in raw UTF-8",
+            Content(dense=tensor, metadata_raw=ESCAPES),
+        ),
+    ]
+
+
+def huge_dims_vectors() -> list[Vector]:
+    """Zero-size tensors with dims binary64 cannot hold, on the valid side of ENT-5's bound
+    (the non-zero dims x item size below 2**63); tools.vectors.mutations has the other side."""
+    from tools.vectors.mutations import OVER_103, THIRD
+
+    def zeros(*shape: int, dtype: Any = np.uint8) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    cases = [
+        ("y_dim_2p53_plus_1", "U8 [0, 2**53 + 1] and [2**53 + 1, 0]: not a binary64 value",
+         [("a", zeros(0, (1 << 53) + 1)), ("b", zeros((1 << 53) + 1, 0))]),
+        ("y_dim_u8_2p63_minus_1", "U8 [0, 2**63 - 1] and [2**63 - 1, 0]: just below ENT-5's bound",
+         [("a", zeros(0, (1 << 63) - 1)), ("b", zeros((1 << 63) - 1, 0))]),
+        ("y_dim_f16_2p62_minus_1", "F16 [0, 2**62 - 1]: x 2 = 2**63 - 2",
+         [("a", zeros(0, (1 << 62) - 1, dtype=np.float16))]),
+        ("y_dims_u8_3_by_third", f"U8 [0, 3, {THIRD}]: 3 x {THIRD} = 2**63 - 2",
+         [("a", zeros(0, 3, THIRD))]),
+        ("y_dims_u8_103_below_2p63", f"U8 [0, 103, {OVER_103 - 1}]: 2**63 - 79",
+         [("a", zeros(0, 103, OVER_103 - 1))]),
+    ]  # fmt: skip
+    return [
+        _accept(vid, ("ENT-5", "ENT-6", "ADP-2"), description,
+                Content(dense=[(name, array, None) for name, array in tensors]))
+        for vid, description, tensors in cases
+    ]  # fmt: skip
 
 
 def accept_vectors() -> list[Vector]:
@@ -366,6 +469,8 @@ def accept_vectors() -> list[Vector]:
                 },
             ),
         ),
+        *exact_metadata_vectors(),
+        *huge_dims_vectors(),
     ]
     for g in (-1, 32, 64, 128):
         vectors.append(
@@ -585,7 +690,7 @@ def files(vectors: list[Vector]) -> dict[str, bytes]:
     """Every file of the suite, by its path under the output folder, with its bytes: one
     ``vectors/<id>.awq2`` per vector, then ``manifest.json``."""
     out = {f"vectors/{v.id}.awq2": v.data for v in vectors}
-    text = json.dumps(manifest(vectors), indent=1, ensure_ascii=False) + "\n"
+    text = exactjson.dumps(manifest(vectors), indent=1) + "\n"
     out["manifest.json"] = text.encode("utf-8")
     return out
 

@@ -12,7 +12,12 @@ The conformance generator turns each into a must-reject vector; the test suite
 applies each to its own sample file.  Bases: ``"sample"`` (a few dense tensors of
 several dtypes, one of them over 64 KiB, an empty and a 0-d tensor, one 4-bit
 Marlin layer with bias, metadata), ``"pair"`` (two same-length names in one
-bucket) and ``"many"`` (100 tensors).
+bucket), ``"many"`` (100 tensors) and ``"zero_size"`` (zero-size tensors ``u8`` U8 [0, 1],
+``f16`` F16 [0, 1] and ``u8.3d`` U8 [0, 1, 1], whose dims the 64-bit boundary vectors set).
+
+The 64-bit vectors break a rule only exact integer arithmetic sees: a product or a sum that
+wraps in u64, a value that binary64 rounds (to a multiple of 65536, or below 2**63).  See
+``docs/spec/implementers.md``.
 """
 
 from __future__ import annotations
@@ -173,6 +178,30 @@ def _rename_suffix(suffix: str, stem: str) -> Callable[[FileEditor], object]:
     return edit
 
 
+def _set_dims(name: str, dims: tuple[int, ...]) -> Callable[[FileEditor], object]:
+    """Give the entry ``name`` the dims ``dims`` (as many as it has) [ENT-5]."""
+    return lambda ed: ed.set_bytes(dims_at(ed, ed.entry_of(name)), pack_dims(dims)).refresh()
+
+
+#: 3 x this is 2**63 - 2, the largest multiple of 3 below 2**63.
+THIRD = ((1 << 63) - 1) // 3
+#: 103 x this is 2**63 + 24, yet binary64 rounds the product below 2**63 (to 2**63 - 1024).
+OVER_103 = -(-(1 << 63) // 103)
+
+
+def _huge_index_offset(offset: int, length: int | None = None) -> Callable[[FileEditor], object]:
+    """Header (only) with ``index_offset`` (and ``index_length``) set, checksums refreshed."""
+    fields = {"index_offset": offset} | ({} if length is None else {"index_length": length})
+    return lambda ed: ed.set_header(**fields).refresh(entries=False, metadata=False, trailer=False)
+
+
+def _index_end_wraps(ed: FileEditor) -> object:
+    """index_offset 2**64 - 65536 and index_length file_size - 32 + 65536: the FILE-4 sum is
+    file_size in wrapping u64 arithmetic, 2**64 + file_size in fact."""
+    start = (1 << 64) - 65536
+    return _huge_index_offset(start, len(ed.data) - 32 + 65536)(ed)
+
+
 def _flip_payload(ed: FileEditor) -> None:
     ed.flip_bit(int(ed.entries()[biggest(ed)]["data_offset"]) + 3, 6)
 
@@ -267,6 +296,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("major_version_1_bad_crc", lambda ed: ed.set_header(version_major=1), "UNSUPPORTED_VERSION", ("VER-2", "HDR-4"), "open", "version is checked before the checksum"),
     M("header_checksum", lambda ed: ed.flip_bit(0x48, 0), "BAD_HEADER_CHECKSUM", ("HDR-4", "CRC-1"), "open", "one bit of tensor_count flipped"),
     M("unknown_required_flag", lambda ed: ed.set_header(required_flags=1 << 17).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 17"),
+    M("unknown_required_flag_bit_40", lambda ed: ed.set_header(required_flags=1 << 40).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 40: lost by 32-bit bitwise operators (JavaScript's & on a Number)"),
+    M("unknown_required_flag_bit_63", lambda ed: ed.set_header(required_flags=1 << 63).refresh(), "UNKNOWN_REQUIRED_FLAG", ("VER-3",), "open", "required flag bit 63, the sign bit of an i64"),
     M("reserved_header_byte", lambda ed: ed.set_header(reserved1=b"\x00\x01\x00").refresh(), "BAD_HEADER_FIELD", ("HDR-5",), "open", "reserved byte set in a 2.0 file"),
     M("alignment_4096", lambda ed: ed.set_header(alignment=4096).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "alignment field not 65536"),
     M("slab_offset_moved", lambda ed: ed.set_header(slab_offset=0x20000).refresh(), "BAD_HEADER_FIELD", ("HDR-2",), "open", "slab_offset not 0x10000"),
@@ -305,6 +336,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("name_too_long", lambda ed: ed.set_entry(0, name_length=1025).refresh(entries=False), "LIMIT_NAME_LENGTH", ("LIM-3",), "validate", "name_length 1025"),
     M("too_many_dims", lambda ed: ed.set_entry(0, ndim=9).refresh(entries=False), "LIMIT_DIMS", ("LIM-4",), "validate", "ndim 9"),
     M("shape_overflow", _shape_overflow, "BAD_SHAPE", ("ENT-5",), "validate", "a dimension of 2**63"),
+    # 64-bit boundaries: wrong only in wrapping u64 or binary64 arithmetic [ENT-5, FILE-4, SLAB-2, SLAB-3]
+    M("dim_u8_2p63", _set_dims("u8", (0, 1 << 63)), "BAD_SHAPE", ("ENT-5",), "validate", "U8 [0, 2**63]: the non-zero dims x 1 reach 2**63", base="zero_size"),
+    M("dim_f16_2p62", _set_dims("f16", (0, 1 << 62)), "BAD_SHAPE", ("ENT-5",), "validate", "F16 [0, 2**62]: the non-zero dims x 2 reach 2**63", base="zero_size"),
+    M("dims_u8_3_by_third_plus_1", _set_dims("u8.3d", (0, 3, THIRD + 1)), "BAD_SHAPE", ("ENT-5",), "validate", f"U8 [0, 3, {THIRD + 1}]: 3 x {THIRD + 1} = 2**63 + 1", base="zero_size"),
+    M("dims_u8_103_rounds_below_2p63", _set_dims("u8.3d", (0, 103, OVER_103)), "BAD_SHAPE", ("ENT-5",), "validate", f"U8 [0, 103, {OVER_103}]: 2**63 + 24, which binary64 rounds to 2**63 - 1024", base="zero_size"),
+    M("dims_nonzero_product_wraps_to_0", _set_dims("u8.3d", (0, 1 << 32, 1 << 32)), "BAD_SHAPE", ("ENT-5",), "validate", "U8 [0, 2**32, 2**32]: the non-zero dims multiply to 2**64, 0 in wrapping u64", base="zero_size"),
+    M("shape_wraps_to_data_length_0", _set_dims("u8", (1 << 32, 1 << 32)), "BAD_SHAPE", ("ENT-5", "ENT-6"), "validate", "U8 [2**32, 2**32] with data_length 0: the product wraps to 0 in u64", base="zero_size"),
+    M("misaligned_offset_2p60_plus_8", lambda ed: ed.set_entry(biggest(ed), data_offset=(1 << 60) + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "ENT-7"), "validate", "data_offset 2**60 + 8: binary64 rounds it to 2**60, a multiple of 65536; alignment is checked before the bounds"),
+    M("payload_end_wraps", lambda ed: ed.set_entry(biggest(ed), data_offset=(1 << 64) - 65536).refresh(), "OUT_OF_BOUNDS", ("SLAB-3", "ENT-7"), "validate", "data_offset 2**64 - 65536 under a 120000-byte payload: the end wraps to 54464 in u64"),
+    M("index_offset_2p60_plus_8", _huge_index_offset((1 << 60) + 8), "BAD_HEADER_FIELD", ("HDR-3",), "open", "index_offset 2**60 + 8: binary64 rounds it to 2**60, a multiple of 65536"),
+    M("index_end_wraps", _index_end_wraps, "BAD_INDEX_LAYOUT", ("FILE-4", "IDX-1"), "open", "index_offset 2**64 - 65536: index_offset + index_length + 32 equals file_size only in wrapping u64"),
     M("length_not_shape", lambda ed: ed.set_entry(biggest(ed), data_length=int(ed.entries()[biggest(ed)]["data_length"]) - 4).refresh(), "BAD_LENGTH", ("ENT-6", "ENT-7"), "validate", "data_length 4 short"),
     M("misaligned_payload", lambda ed: ed.set_entry(biggest(ed), data_offset=int(ed.entries()[biggest(ed)]["data_offset"]) + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "ENT-7"), "validate", "payload 8 bytes past a boundary"),
     M("payload_past_slab", lambda ed: ed.set_entry(biggest(ed), data_offset=ed.index_offset).refresh(), "OUT_OF_BOUNDS", ("SLAB-3", "ENT-7"), "validate", "payload inside the index"),
@@ -332,6 +374,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
     M("metadata_duplicate_empty_key", _metadata(b'{"":1,"":2}'), "BAD_METADATA", ("META-2",), "validate", "the empty key given twice"),
     M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),
+    M("metadata_nan", _metadata(b'{"a":NaN}'), "BAD_METADATA", ("META-2",), "validate", "NaN: not JSON, though Python's json reads it"),
+    M("metadata_trailing_comma", _metadata(b'{"a":1,}'), "BAD_METADATA", ("META-2",), "validate", "a comma before the closing brace"),
     M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
     M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),
     M("metadata_lone_low_surrogate", _metadata(rb'{"a":"\udc00x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\udc00, a low surrogate with no high one before it"),
