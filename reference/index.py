@@ -216,6 +216,10 @@ class Index:
         room = self.file_size - TRAILER_SIZE - index_offset
         if index_length != room:  # [FILE-4, IDX-1]
             message = "index does not end where the trailer starts"
+            if room < 0:  # no length fits: index_offset is past the trailer's start
+                message = "index_offset is past the trailer's start"
+                room_text = f"index_offset <= file_size - {TRAILER_SIZE} = {room + index_offset}"
+                raise _bad_layout(message, "index_length", room_text, index_length)
             raise _bad_layout(message, "index_length", room, index_length)
         if index_length != self.geometry.length:  # [IDX-3]
             message = "index_length disagrees with the section sizes"
