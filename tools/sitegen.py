@@ -102,7 +102,8 @@ def vectors_region(page: Path, _arg: str | None) -> str:
     vectors = manifest["vectors"]
     counts = {cls: sum(v["expect"] == cls for v in vectors) for cls, _, _ in _CLASSES}
     out = [
-        f"{len(vectors)} vectors for format version {manifest['format_version']}: "
+        f"{len(vectors)} vectors, suite version {manifest['suite_version']}, for spec version "
+        f"{manifest['spec_version']}: "
         f"{counts['accept']} must-accept, {counts['reject']} must-reject, "
         f"{counts['either']} either. *Level* is the reader operation at which the failure "
         "is due (`open`, `validate` or `verify`, see [reading]"
