@@ -26,6 +26,7 @@ MAX_MEMBERS = 10_000
 #: The xz decoder may use at most this much memory (xz -9 needs 65 MiB).
 XZ_MEMLIMIT = 256 << 20
 _CHUNK = 1 << 16
+XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
 class ArchiveError(ValueError):
@@ -92,6 +93,13 @@ def extract(archive: Path, into: Path) -> None:
     total = 0
     try:
         with open(archive, "rb") as raw, _BoundedXz(raw, MAX_BYTES) as stream:
+            magic = raw.read(len(XZ_MAGIC))
+            if magic != XZ_MAGIC:
+                raise ArchiveError(
+                    f"not a readable .tar.xz archive: expected the xz magic {XZ_MAGIC.hex(' ')}, "
+                    f"found {magic.hex(' ') or 'an empty file'}"
+                )
+            raw.seek(0)
             buffered = io.BufferedReader(stream, _CHUNK)
             with tarfile.open(fileobj=buffered, mode="r|") as tar:
                 for count, member in enumerate(tar, 1):

@@ -52,7 +52,9 @@ def archive_bytes(version: str, files: dict[str, bytes]) -> bytes:
                 tar.addfile(_info(name, 0, folder=True))
             else:
                 tar.addfile(_info(name, len(data), folder=False), io.BytesIO(data))
-    return lzma.compress(tar_data.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9)
+    return lzma.compress(
+        tar_data.getvalue(), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9
+    )
 
 
 def archive_files(version: str, files: dict[str, bytes]) -> dict[Path, bytes | None]:
