@@ -208,9 +208,7 @@ def test_archive_bounds(
     assert "more than 1 MiB" in _refused(tmp_path, big, capsys)
 
 
-def test_truncated_and_foreign_archives(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_truncated_and_foreign_archives(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cut = tmp_path / "cut.tar.xz"
     cut.write_bytes(ARCHIVE.read_bytes()[: ARCHIVE.stat().st_size // 2])
     assert "the xz stream ends early" in _refused(tmp_path, cut, capsys)
