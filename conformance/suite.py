@@ -101,6 +101,25 @@ def _check_structure(doc: Any, path: Path) -> None:
     ids = [v.get("id") for v in doc["vectors"]]
     if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
         raise SuiteError(f"{path}: vector ids expected unique strings")
+    for v in doc["vectors"]:
+        if not _verdict_ok(v):
+            raise SuiteError(
+                f"{path}: vector {v['id']!r} expected expect (accept, reject or either), "
+                "requirements (a list), error_code for a reject, either_codes for an either, "
+                "and content (an object) for an accept or an either"
+            )
+
+
+def _verdict_ok(v: dict[str, Any]) -> bool:
+    """The fields the runner judges by are there, with their types."""
+    expect = v.get("expect")
+    return (
+        expect in ("accept", "reject", "either")
+        and isinstance(v.get("requirements"), list)
+        and (expect != "reject" or isinstance(v.get("error_code"), str))
+        and (expect != "either" or isinstance(v.get("either_codes"), list))
+        and (expect == "reject" or isinstance(v.get("content"), dict))
+    )
 
 
 def _listed_ok(item: Any, path_key: str) -> bool:

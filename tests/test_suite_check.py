@@ -124,6 +124,8 @@ def test_many_problems_name_five_and_count_the_rest(
         ({"vectors": [{**MANIFEST["vectors"][0], "file": "vectors/../../x"}]}, "vectors[0]"),
         ({"vectors": [{**MANIFEST["vectors"][0], "size": -1}]}, "vectors[0]"),
         ({"vectors": MANIFEST["vectors"][:1] * 2}, "vector ids expected unique"),
+        ({"vectors": [{**MANIFEST["vectors"][0], "expect": "maybe"}]}, "expected expect"),
+        ({"vectors": [{**MANIFEST["vectors"][0], "content": None}]}, "and content"),
     ],
 )
 def test_malformed_manifests_are_refused(
