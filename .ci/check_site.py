@@ -9,7 +9,10 @@
    ``#fragment`` is an element id of that page;
 5. type queries into Material's search box and fail unless the results include the index
    chapter of the specification;
-6. save screenshots of the overview and of the specification page to ``site-check/`` (light
+6. check the downloadable suite: every ``awq2-conformance-*`` file of the built site's
+   ``assets/`` is byte for byte the committed one of ``docs/assets/`` and none is missing or
+   extra, the archive served over HTTP is those bytes, and its ``.sha256`` line matches them;
+7. save screenshots of the overview and of the specification page to ``site-check/`` (light
    and dark palettes, switched with the palette toggle) and print their paths.
 
 Exit status 0 when everything passes, 1 otherwise, 2 when the browser or the driver is missing.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import http.server
 import os
 import shutil
@@ -33,9 +37,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
+from urllib.request import urlopen
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "site"
+ASSETS = ROOT / "docs" / "assets"
+SUITE_GLOB = "awq2-conformance-*"
 SHOTS = ROOT / "site-check"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -288,6 +295,34 @@ def screenshots(driver: object, base: str, out: Path) -> list[Path]:
     return saved
 
 
+# ------------------------------------------------------------------------------ the download
+
+
+def check_download(site: Path, base: str | None) -> tuple[int, list[str]]:
+    """The suite archive and its .sha256 in ``site/assets/`` are exactly the committed ones
+    (and, with ``base``, so is what the server sends): (files checked, problems)."""
+    committed = {p.name: p.read_bytes() for p in sorted(ASSETS.glob(SUITE_GLOB))}
+    built = {p.name: p for p in sorted((site / "assets").glob(SUITE_GLOB))}
+    problems = [f"assets/{n}: committed, missing from the site" for n in committed.keys() - built]
+    problems += [f"assets/{n}: on the site, not committed" for n in built.keys() - committed]
+    archives = [n for n in committed if n.endswith(".tar.xz")]
+    if len(archives) != 1:
+        problems.append(f"docs/assets: expected one suite archive, found {archives}")
+    for name in sorted(set(committed) & set(built)):
+        if built[name].read_bytes() != committed[name]:
+            problems.append(f"assets/{name}: differs from docs/assets/{name}")
+        if base is not None:
+            with urlopen(f"{base}assets/{name}", timeout=PAGE_TIMEOUT_S) as response:
+                if response.read() != committed[name]:
+                    problems.append(f"assets/{name}: the server sends other bytes")
+    for name in archives:
+        line = committed.get(f"{name}.sha256", b"").decode("ascii", "replace")
+        want = f"{hashlib.sha256(committed[name]).hexdigest()}  {name}\n"
+        if line != want:
+            problems.append(f"assets/{name}.sha256: expected the line {want!r}, found {line!r}")
+    return len(committed), problems
+
+
 # ------------------------------------------------------------------------------ main
 
 
@@ -314,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     urls = pages(args.site)
     problems: list[str] = []
     with serve(args.site) as base, tempfile.TemporaryDirectory(prefix="check_site.") as profile:
+        checked, found = check_download(args.site, base)
+        problems += found
+        print(f"download  {checked} suite files checked against docs/assets, {len(found)} wrong")
         with browser(Path(profile)) as driver:
             version = driver.capabilities.get("browserVersion", "?")  # type: ignore[attr-defined]
             print(f"browser   headless Chromium {version} at {base}")

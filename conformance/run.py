@@ -34,9 +34,20 @@ and the loaders after it still read the committed bytes.
 
 Two loaders are built in: ``--loader reference`` (the Python reference, run as a
 subprocess) and ``--loader c`` (the independent C loader of ``adapters/c``, compiled with
-``${CC:-cc}`` into ``adapters/c/build/`` when the binary is missing or older than a source).
+``${CC:-cc}`` into ``adapters/c/build/`` when the binary is missing or older than a source, or,
+when the package folder is read-only, into ``${XDG_CACHE_HOME:-~/.cache}/awq-v2/c-loader/``).
+Loaders run in the runner's working folder, so ``--loader "./my_loader {file}"`` names a file
+there.
 
-Exit status: 0 when every verdict passes, 1 when any fails, 2 usage, manifest or build error.
+The suite (``--suite``: the installed one by default, a folder, or the published ``.tar.xz``,
+unpacked safely by :mod:`conformance.archive`) is checked before anything runs: every file
+the manifest lists must be there with its size and sha256, and ``vectors/`` must hold nothing
+else (:mod:`conformance.suite`).  The header names the suite's version and the spec version,
+and so does ``--report-json``.
+
+Exit status: 0 when every verdict passes, 1 when any fails, 2 usage, suite (a tampered or
+incomplete suite, an unsafe archive) or build error.  Installed, ``awq2-conformance`` is the
+same command.
 """
 
 from __future__ import annotations
@@ -63,7 +74,10 @@ from typing import Any
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
 
-from conformance import exactjson
+from conformance import archive, exactjson
+from conformance import suite as suite_module
+from conformance.archive import ArchiveError
+from conformance.suite import Suite, SuiteError
 from reference.text import escape
 
 HERE = Path(__file__).resolve().parent
@@ -123,26 +137,63 @@ class BuildError(RuntimeError):
     """The C loader did not compile; the message holds the command and the compiler's output."""
 
 
+def c_binary() -> Path:
+    """Where ``--loader c`` keeps its binary: :data:`C_BINARY` (``adapters/c/build/``) when
+    that folder, or ``adapters/c`` before it exists, is writable; otherwise (an installed,
+    read-only package) ``${XDG_CACHE_HOME:-~/.cache}/awq-v2/c-loader/<digest>/awq2c``, the
+    digest of the sources, the compiler command and the flags, so that a cached binary is never
+    stale."""
+    build = C_BINARY.parent
+    if _writable(build if build.exists() else build.parent):
+        return C_BINARY
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "awq-v2" / "c-loader" / _build_digest() / C_BINARY.name
+
+
+def _writable(folder: Path) -> bool:
+    """The user may write into ``folder``, and its mode lets someone write there: root passes
+    os.access everywhere, yet a folder made read-only on purpose (``chmod a-w``) is taken as
+    such."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK) and bool(stat.S_IMODE(mode) & 0o222)
+
+
+def _c_sources() -> list[Path]:
+    return sorted([*C_ADAPTER.glob("*.c"), *C_ADAPTER.glob("*.h")])
+
+
+def _compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC") or "cc")
+
+
+def _build_digest() -> str:
+    digest = hashlib.sha256()
+    for path in _c_sources():
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    digest.update(json.dumps([_compiler(), C_FLAGS]).encode())
+    return digest.hexdigest()[:16]
+
+
 def build_c_loader(out: Path | None = None, extra_flags: Sequence[str] = ()) -> Path:
     """Compile ``conformance/adapters/c`` with ``${CC:-cc}`` into ``out`` (default
-    :data:`C_BINARY`) when it is missing or older than a source, or always when
+    :func:`c_binary`) when it is missing or older than a source, or always when
     ``extra_flags`` are given; return it.  Writes a temporary file and renames it, so
     concurrent runners never execute a half-written binary."""
-    out = out or C_BINARY
-    sources = sorted(C_ADAPTER.glob("*.c"))
-    newest = max(p.stat().st_mtime for p in [*sources, *C_ADAPTER.glob("*.h")])
+    out = out or c_binary()
+    sources = [p for p in _c_sources() if p.suffix == ".c"]
+    newest = max(p.stat().st_mtime for p in _c_sources())
     if out.exists() and out.stat().st_mtime >= newest and not extra_flags:
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"cannot make the folder {out.parent}: {exc.strerror}") from exc
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    argv = [
-        *shlex.split(os.environ.get("CC") or "cc"),
-        *C_FLAGS,
-        *extra_flags,
-        "-o",
-        str(tmp),
-        *map(str, sources),
-    ]
+    argv = [*_compiler(), *C_FLAGS, *extra_flags, "-o", str(tmp), *map(str, sources)]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True)
     except OSError as exc:
@@ -172,7 +223,6 @@ def run_loader(loader: Loader, file: Path, timeout: float) -> tuple[str, Any, st
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=HERE.parent,
             start_new_session=_POSIX,  # its own process group, killed as a whole
         )
     except OSError as exc:
@@ -366,28 +416,6 @@ def judge(vector: dict[str, Any], kind: str, result: Any, detail: str) -> tuple[
     return True, ""
 
 
-def load_manifest(path: Path) -> dict[str, Any]:
-    """The manifest, each vector's expected ``content`` with its numbers as written [ADP-1]."""
-    text = path.read_text(encoding="utf-8")
-    doc = json.loads(text)
-    if doc.get("manifest_version") != 1 or not isinstance(doc.get("vectors"), list):
-        raise ValueError(f"{path}: not a version 1 conformance manifest")
-    for vector, exact in zip(doc["vectors"], exactjson.loads(text)["vectors"], strict=True):
-        if "content" in vector:
-            vector["content"] = exact["content"]
-    return doc
-
-
-def check_files(manifest: dict[str, Any], root: Path) -> list[str]:
-    """Vectors whose bytes differ from the manifest's sha256 (a damaged checkout)."""
-    bad = []
-    for v in manifest["vectors"]:
-        data = (root / v["file"]).read_bytes()
-        if hashlib.sha256(data).hexdigest() != v["sha256"]:
-            bad.append(v["id"])
-    return bad
-
-
 def run(
     manifest: dict[str, Any],
     root: Path,
@@ -560,8 +588,9 @@ def print_summary(manifest: dict[str, Any], loaders: list[Loader], outcomes: lis
         print(f"  {escape(ld.label)}: {', '.join(parts)}; {passed} passed, {failed} failed")
 
 
-def write_report_json(path: Path, outcomes: list[Outcome]) -> None:
-    path.write_text(json.dumps([o.__dict__ for o in outcomes], indent=1) + "\n", encoding="utf-8")
+def write_report_json(path: Path, suite: Suite, outcomes: list[Outcome]) -> None:
+    doc = {**suite.versions, "outcomes": [o.__dict__ for o in outcomes]}
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
 def write_junit(path: Path, loaders: list[Loader], outcomes: list[Outcome]) -> None:
@@ -592,8 +621,10 @@ def build_parser() -> argparse.ArgumentParser:
         "document = accept, exit 1 (+ optional error code) = reject, anything else = crash.",
         epilog="built-in loaders: 'reference' (the Python reference) and 'c' (the independent "
         "C loader in conformance/adapters/c, compiled with ${CC:-cc} into its build/ folder when "
-        "missing or stale). "
-        "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, manifest or build error. "
+        "missing or stale, or into ${XDG_CACHE_HOME:-~/.cache}/awq-v2/c-loader/ when the "
+        "package folder is read-only). Loaders run in the current folder. "
+        "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, build error, or a suite "
+        "whose files differ from its manifest (nothing is run). "
         'Example: --loader "ref=python -m conformance.adapters.reference {file}" '
         '--loader "c=conformance/adapters/c/build/awq2c {file}"; or simply '
         "--loader reference --loader c",
@@ -606,10 +637,13 @@ def build_parser() -> argparse.ArgumentParser:
         "default: the reference)",
     )
     parser.add_argument(
-        "--manifest",
+        "--suite",
         type=Path,
-        default=HERE / "manifest.json",
-        help="the manifest to check against (default: the committed one)",
+        default=HERE,
+        metavar="PATH",
+        help="the suite to run: a folder holding manifest.json, vectors/ and schema/, or the "
+        "published .tar.xz archive (default: the installed suite); every file is checked "
+        "against the manifest's size and sha256 first",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per vector (30)")
     parser.add_argument("--only", metavar="REGEX", help="run only vectors whose id matches")
@@ -622,15 +656,43 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        manifest = load_manifest(args.manifest)
-        damaged = check_files(manifest, args.manifest.parent)
-    except (OSError, ValueError) as exc:
-        print(f"error: {escape(str(exc))}", file=sys.stderr)
+        with opened_suite(args.suite) as suite:
+            return _run_suite(args, suite)
+    except (SuiteError, ArchiveError) as exc:
+        output = "\n".join(map(escape, str(exc).split("\n")))
+        print(f"error: {output}", file=sys.stderr)
         return 2
-    if damaged:
-        shown = ", ".join(map(escape, damaged[:5]))
-        print(f"error: vectors differ from the manifest's sha256: {shown}", file=sys.stderr)
-        return 2
+
+
+@contextmanager
+def opened_suite(path: Path) -> Iterator[Suite]:
+    """The suite at ``path`` (a folder, or a .tar.xz unpacked into a temporary folder that is
+    removed afterwards), its files checked against the manifest (:mod:`conformance.suite`)."""
+    if path.is_dir():
+        yield _checked(suite_module.load(path))
+        return
+    if not path.is_file():
+        raise SuiteError(f"{path}: no such folder or archive")
+    with tempfile.TemporaryDirectory(prefix="awq2-suite-") as tmp:
+        archive.extract(path, Path(tmp))
+        yield _checked(suite_module.load(archive.suite_root(Path(tmp))))
+
+
+def _checked(suite: Suite) -> Suite:
+    found = suite_module.problems(suite)
+    if found:
+        raise SuiteError(f"{suite.root}: {suite_module.refusal(found)}")
+    return suite
+
+
+def _run_suite(args: argparse.Namespace, suite: Suite) -> int:
+    manifest = suite.manifest
+    versions = suite.versions
+    print(
+        f"AWQ-v2 conformance suite {versions['suite_version']} "
+        f"(spec {versions['spec_version']}): {len(manifest['vectors'])} vectors, "
+        f"every file as listed ({escape(str(suite.root))})"
+    )
     try:
         loaders = [
             builtin_loader(s) if s in BUILTIN_LOADERS else Loader.parse(s)
@@ -643,13 +705,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len({ld.label for ld in loaders}) != len(loaders):
         print("error: two loaders share a label; name them with LABEL=CMD", file=sys.stderr)
         return 2
-    outcomes = run(manifest, args.manifest.parent, loaders, args.timeout, args.only)
+    outcomes = run(manifest, suite.root, loaders, args.timeout, args.only)
     if not args.quiet:
         print_matrix(manifest, loaders, outcomes)
     print_failures(outcomes)
     print_summary(manifest, loaders, outcomes)
     if args.report_json:
-        write_report_json(args.report_json, outcomes)
+        write_report_json(args.report_json, suite, outcomes)
     if args.junit_xml:
         write_junit(args.junit_xml, loaders, outcomes)
     return 0 if all(o.passed for o in outcomes) else 1

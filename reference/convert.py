@@ -361,5 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_OK
 
 
+def _entry_point() -> int:
+    """Console-script entry (``awq2-convert``): like main(), but quiet when stdout is closed
+    early (``| head``)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        return EXIT_OK
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_entry_point())

@@ -36,7 +36,7 @@ def test_every_vector_passes(binary: Path, tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     loader = f"c={shlex.quote(str(binary))} {{file}}"
     status = run.main(["--quiet", "--loader", loader, "--report-json", str(report)])
-    outcomes = json.loads(report.read_text(encoding="utf-8"))
+    outcomes = json.loads(report.read_text(encoding="utf-8"))["outcomes"]
     failed = [f"{o['vector']}: {o['detail']}" for o in outcomes if not o["passed"]]
     assert not failed
     assert status == 0

@@ -92,7 +92,7 @@ def _runner(tmp_path: Path, loader: str, only: str) -> tuple[int, dict]:
     report = tmp_path / "report.json"
     status = run.main(["--loader", loader, "--only", only, "--report-json", str(report),
                        "--junit-xml", str(tmp_path / "junit.xml"), "--quiet"])  # fmt: skip
-    return status, json.loads(report.read_text())
+    return status, json.loads(report.read_text())["outcomes"]
 
 
 SUBSET = "^(y_sample|y_marlin_4bit_g128|n_bad_magic|n_header_checksum|n_overlapping_payloads|i_marlin_8bit_g128)$"

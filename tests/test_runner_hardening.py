@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import run
+from conformance import run, suite
 
 CONF = Path(__file__).resolve().parent.parent / "conformance"
 MANIFEST = json.loads((CONF / "manifest.json").read_text(encoding="utf-8"))
@@ -39,9 +39,11 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are P
 
 
 def _suite(tmp_path: Path, ids: list[str], rename: dict[str, str] | None = None) -> Path:
-    """A manifest with only the vectors ``ids`` (optionally renamed), beside copies of them."""
+    """A manifest with only the vectors ``ids`` (optionally renamed), beside copies of them
+    and of the schemas."""
     root = tmp_path / "suite"
     (root / "vectors").mkdir(parents=True)
+    shutil.copytree(CONF / "schema", root / "schema")
     vectors = []
     for v in MANIFEST["vectors"]:
         if v["id"] in ids:
@@ -62,11 +64,12 @@ def _loader(tmp_path: Path, name: str, body: str) -> str:
 
 def _runner(manifest: Path, tmp_path: Path, *loaders: str, timeout: float = 30) -> tuple[int, list]:
     report = tmp_path / "report.json"
-    argv = ["--manifest", str(manifest), "--report-json", str(report), "--timeout", str(timeout)]
+    argv = ["--suite", str(manifest.parent), "--report-json", str(report)]
+    argv += ["--timeout", str(timeout)]
     for loader in loaders:
         argv += ["--loader", loader]
     status = run.main([*argv, "--junit-xml", str(tmp_path / "junit.xml")])
-    return status, json.loads(report.read_text(encoding="utf-8"))
+    return status, json.loads(report.read_text(encoding="utf-8"))["outcomes"]
 
 
 def _alive(pid: int) -> bool:
@@ -173,7 +176,7 @@ def test_a_loader_that_changes_its_vector_fails_and_the_next_loader_passes(
         assert "changed" in changed["detail"]
     out = capsys.readouterr().out
     assert "[vandal] n_bad_magic" in out and "n_bad_magic.awq2" in out
-    assert run.check_files(json.loads(manifest.read_text()), manifest.parent) == []
+    assert suite.problems(suite.load(manifest.parent)) == []
     status, _ = _runner(manifest, tmp_path, reference)
     assert status == 0
 

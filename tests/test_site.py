@@ -112,31 +112,41 @@ def test_python_examples_of_the_api_page_run(tmp_path: Path, monkeypatch) -> Non
         exec(code, namespace)
 
 
-STAND_IN_LOADER = f"""#!/bin/sh
+def stand_in_loader(python: str) -> str:
+    """``my_loader describe FILE``: the reference adapter run by ``python``, reporting errors as
+    ``ERROR CODE`` + status 3, the conventions the page's adapter translates."""
+    return f"""#!/bin/sh
 # my_loader describe FILE: the reference adapter, reporting errors as `ERROR CODE` + status 3
-out=$({sys.executable} -m conformance.adapters.reference "$2")
+out=$({python} -m conformance.adapters.reference "$2")
 status=$?
 if [ "$status" -eq 0 ]; then printf '%s\\n' "$out"; exit 0; fi
-code=$(printf '%s' "$out" | {sys.executable} -c 'import json,sys; print(json.load(sys.stdin)["error"]["code"])')
+code=$(printf '%s' "$out" | {python} -c 'import json,sys; print(json.load(sys.stdin)["error"]["code"])')
 echo "ERROR $code from the stand-in" >&2
 exit 3
 """
 
 
-def test_shell_adapter_of_the_conformance_page_passes(tmp_path: Path) -> None:
+def write_page_adapter(folder: Path, python: str = sys.executable) -> Path:
+    """The shell adapter of the conformance page, word for word, as ``folder/adapter.sh``, and
+    the stand-in ``folder/my_loader`` it wraps (put ``folder`` on PATH); returns the adapter."""
     adapters = [
         b
         for b in _blocks(DOCS / "conformance" / "index.md", r"sh title=\"adapter\.sh\"")
         if b.startswith("#!/bin/sh")
     ]
     assert len(adapters) == 1
-    for name, text in (("adapter.sh", adapters[0]), ("my_loader", STAND_IN_LOADER)):
-        path = tmp_path / name
+    for name, text in (("adapter.sh", adapters[0]), ("my_loader", stand_in_loader(python))):
+        path = folder / name
         path.write_text(text, encoding="utf-8")
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return folder / "adapter.sh"
+
+
+def test_shell_adapter_of_the_conformance_page_passes(tmp_path: Path) -> None:
+    adapter = write_page_adapter(tmp_path)
     env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
     argv = [sys.executable, "-m", "conformance.run", "--quiet"]
-    argv += ["--loader", f"mine={tmp_path / 'adapter.sh'} {{file}}"]
+    argv += ["--loader", f"mine={adapter} {{file}}"]
     argv += ["--only", "^(y_metadata_nested|n_bad_magic|n_truncated_in_magic)$"]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,7 +8,13 @@ One command for everything the repository generates, in dependency order:
    ``docs/spec/codec.md`` (:mod:`tools.codec_tables`) and the site regions
    (:mod:`tools.sitegen`), applied one after the other to the same text;
 3. ``docs/assets/file-map.svg`` (:mod:`tools.sitegen`) and ``docs/conformance/traceability.md``
-   (:mod:`tools.traceability`).
+   (:mod:`tools.traceability`);
+4. the downloadable suite, ``docs/assets/awq2-conformance-<suite_version>.tar.xz`` and its
+   ``.sha256`` (:mod:`tools.suite_archive`); another version's archive is stale.
+
+Then the suite's files are compared with the digest recorded for ``SUITE_VERSION``
+(:mod:`tools.vectors.releases`): a suite that changed without a new version fails ``--check``
+with the command that records it.
 
 The pages are rendered from the manifest and vectors on disk, so the vectors come first.
 Without ``--check`` the files whose bytes differ are rewritten in place (nothing else is
@@ -23,15 +29,16 @@ The output depends only on the repository, so it is the same on every machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tools import ROOT, codec_tables, docgen, sitegen, traceability
+from tools import ROOT, codec_tables, docgen, sitegen, suite_archive, traceability
 from tools.docgen import DocgenError
 from tools.sitegen import SitegenError
-from tools.vectors import generate
+from tools.vectors import generate, releases
 
 CONFORMANCE = ROOT / "conformance"
 VECTORS = CONFORMANCE / "vectors"
@@ -42,10 +49,20 @@ class RegenError(ValueError):
     """A page the generators cannot fill (a missing region): the message names it."""
 
 
+@functools.lru_cache(maxsize=1)
+def _vectors() -> list[generate.Vector]:
+    return generate.all_vectors()
+
+
+def suite_files() -> dict[str, bytes]:
+    """Every file of the suite as generated, by its path under the suite."""
+    return generate.suite_files(_vectors())
+
+
 def vector_files() -> dict[Path, bytes | None]:
     """The suite's files with their bytes; ``None`` for a vector file to delete."""
     files: dict[Path, bytes | None] = {
-        CONFORMANCE / name: data for name, data in generate.files(generate.all_vectors()).items()
+        CONFORMANCE / name: data for name, data in generate.files(_vectors()).items()
     }
     for path in sorted(VECTORS.glob("*.awq2")):
         files.setdefault(path, None)
@@ -75,8 +92,17 @@ def doc_files() -> dict[Path, bytes | None]:
     return files
 
 
+def archive_files() -> dict[Path, bytes | None]:
+    """The downloadable suite and its .sha256; ``None`` for another version's."""
+    return suite_archive.archive_files(generate.SUITE_VERSION, suite_files())
+
+
 #: The steps, in order: each is rendered from what the steps before it wrote.
-STEPS: tuple[Callable[[], dict[Path, bytes | None]], ...] = (vector_files, doc_files)
+STEPS: tuple[Callable[[], dict[Path, bytes | None]], ...] = (
+    vector_files,
+    doc_files,
+    archive_files,
+)
 
 
 def is_stale(path: Path, data: bytes | None) -> bool:
@@ -97,8 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m tools.regen",
         description="Regenerate every generated file: the conformance vectors and manifest, "
         "the generated regions of docs/ (spec tables, codec tables, vector catalogue, CLI "
-        "reference, walkthrough), docs/assets/file-map.svg and the traceability page.",
-        epilog="exit status: 0 fresh or rewritten, 1 stale (with --check), 2 malformed region",
+        "reference, walkthrough), docs/assets/file-map.svg, the traceability page and the "
+        "downloadable suite (docs/assets/awq2-conformance-<version>.tar.xz and .sha256); then "
+        "check that the suite's files match the digest recorded for its version.",
+        epilog="exit status: 0 fresh or rewritten, 1 stale or a changed suite without a new "
+        "version (with --check), 2 malformed region",
     )
     parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 naming every stale file"
@@ -131,7 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     verb = "stale" if args.check else "rewritten"
     print(f"regen: {checked} files, {len(stale)} {verb}")
-    return 1 if args.check and stale else 0
+    unreleased = releases.check(generate.SUITE_VERSION, suite_files())
+    if unreleased:
+        print(f"{'error' if args.check else 'note'}: {unreleased}", file=sys.stderr)
+    return 1 if args.check and (stale or unreleased) else 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ import only ``spec``.  What is generated here needs the reference and the suite 
 ``site-cli MODULE``
     the command-line reference of ``reference.dump``, ``reference.convert`` or
     ``conformance.run``, from the module's own ``build_parser()``;
+``site-download``
+    the links to the downloadable suite (``docs/assets/awq2-conformance-<version>.tar.xz``,
+    :mod:`tools.suite_archive`) and the commands that check, unpack and run it, for the
+    manifest's ``suite_version``;
 ``site-walkthrough``
     a real vector, byte by byte: hex dumps of every region, each field annotated from the
     construct schema (:mod:`spec.schema`), and every checksum recomputed.
@@ -102,7 +106,8 @@ def vectors_region(page: Path, _arg: str | None) -> str:
     vectors = manifest["vectors"]
     counts = {cls: sum(v["expect"] == cls for v in vectors) for cls, _, _ in _CLASSES}
     out = [
-        f"{len(vectors)} vectors for format version {manifest['format_version']}: "
+        f"{len(vectors)} vectors, suite version {manifest['suite_version']}, for spec version "
+        f"{manifest['spec_version']}: "
         f"{counts['accept']} must-accept, {counts['reject']} must-reject, "
         f"{counts['either']} either. *Level* is the reader operation at which the failure "
         "is due (`open`, `validate` or `verify`, see [reading]"
@@ -478,12 +483,43 @@ def file_map_svg() -> str:
     return "\n".join(parts) + "\n"
 
 
+# ------------------------------------------------------------------------------ download
+
+
+def download_region(page: Path, _arg: str | None) -> str:
+    manifest = _load_manifest()
+    name = f"awq2-conformance-{manifest['suite_version']}"
+    assets = Path("../" * (len(page.relative_to(DOCS).parts) - 1) + "assets")
+    archive, checksum = f"{name}.tar.xz", f"{name}.tar.xz.sha256"
+    return "\n".join(
+        [
+            f"- [{archive}]({(assets / archive).as_posix()}): suite version "
+            f"{manifest['suite_version']}, for spec version {manifest['spec_version']}, "
+            f"{len(manifest['vectors'])} vectors with `manifest.json` and `schema/`, in one "
+            f"top folder `{name}/`",
+            f"- [{checksum}]({(assets / checksum).as_posix()}): its SHA-256, one `sha256sum` line",
+            "",
+            '```sh title="run the downloaded suite"',
+            f"sha256sum -c {checksum}          # {archive}: OK",
+            f"tar -xJf {archive}                     # makes {name}/",
+            "python3 -m venv awq2-venv && . awq2-venv/bin/activate",
+            'pip install awq_v2-*.whl      # the runner: see "Installing the runner" below',
+            f'awq2-conformance --suite {name} --loader "./my_loader {{file}}"',
+            "```",
+            "",
+            f"`--suite {archive}` runs the archive without unpacking it (the runner unpacks it "
+            "into a temporary folder, refusing links, absolute names and `..`).",
+        ]
+    )
+
+
 # ------------------------------------------------------------------------------ documents
 
 RENDERERS: dict[str, Callable[[Path, str | None], str]] = {
     "site-vectors": vectors_region,
     "site-cli": cli_region,
     "site-walkthrough": walkthrough_region,
+    "site-download": download_region,
 }
 
 

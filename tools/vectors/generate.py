@@ -1,4 +1,5 @@
-"""``python -m tools.vectors.generate [--out DIR]``: rebuild every vector and the manifest.
+"""``python -m tools.vectors.generate [--out DIR] [--record-release [--amend]]``: rebuild every
+vector and the manifest.
 
 Deterministic: fixed seeds, fixed order, no timestamps, so the committed files in
 ``conformance/vectors/`` and ``conformance/manifest.json`` are exactly what this
@@ -34,14 +35,23 @@ import numpy as np
 import reference
 from conformance import exactjson
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
-from spec.constants import MAX_NAME_LENGTH
+from spec.constants import MAX_NAME_LENGTH, VERSION_MAJOR, VERSION_MINOR
 from spec.registry import DTYPES
+from tools.vectors import releases
 from tools.vectors.fuzz_findings import FUZZ_FINDINGS
 from tools.vectors.mutations import MUTATIONS, Mutation
 from tools.vectors.surgery import FileEditor
 
 HERE = Path(__file__).resolve().parents[2] / "conformance"
-MANIFEST_VERSION = 1
+SCHEMAS = HERE / "schema"
+MANIFEST_VERSION = 2
+#: The suite's own semantic version: bump it whenever a file of the suite changes (a vector,
+#: the manifest, a schema), and record it with ``--record-release`` (:mod:`tools.vectors.releases`;
+#: ``python -m tools.regen --check`` fails until both are done).  Major: a loader that passed
+#: may now fail (a new rule); minor: vectors added for existing rules; patch: descriptions.
+SUITE_VERSION = "1.0.0"
+#: The spec version the suite tests (``spec.constants``), "2.0".
+SPEC_VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
 
 
 def sha256(data: bytes | np.ndarray) -> str:
@@ -683,16 +693,37 @@ def manifest(vectors: list[Vector]) -> dict[str, Any]:
         if v.content is not None:
             entry["content"] = v.content
         entries.append(entry)
-    return {"manifest_version": MANIFEST_VERSION, "format_version": "2.0", "vectors": entries}
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "suite_version": SUITE_VERSION,
+        "spec_version": SPEC_VERSION,
+        "files": [
+            {"path": path, "size": len(data), "sha256": sha256(data)}
+            for path, data in schema_files().items()
+        ],
+        "vectors": entries,
+    }
+
+
+def schema_files() -> dict[str, bytes]:
+    """The suite's files besides the vectors and the manifest: the JSON Schemas, as committed
+    (written by hand, not generated)."""
+    return {f"schema/{p.name}": p.read_bytes() for p in sorted(SCHEMAS.glob("*.json"))}
 
 
 def files(vectors: list[Vector]) -> dict[str, bytes]:
-    """Every file of the suite, by its path under the output folder, with its bytes: one
-    ``vectors/<id>.awq2`` per vector, then ``manifest.json``."""
+    """The generated files of the suite, by their path under the output folder, with their
+    bytes: one ``vectors/<id>.awq2`` per vector, then ``manifest.json``."""
     out = {f"vectors/{v.id}.awq2": v.data for v in vectors}
     text = exactjson.dumps(manifest(vectors), indent=1) + "\n"
     out["manifest.json"] = text.encode("utf-8")
     return out
+
+
+def suite_files(vectors: list[Vector]) -> dict[str, bytes]:
+    """Every file of the suite as published (the archive's members): the generated ones and
+    the schemas, sorted by path."""
+    return dict(sorted({**files(vectors), **schema_files()}.items()))
 
 
 def write_all(out: Path) -> dict[str, Any]:
@@ -713,7 +744,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=HERE, help="folder for vectors/ and manifest.json"
     )
+    parser.add_argument(
+        "--record-release",
+        action="store_true",
+        help="record the digest of the suite's files for SUITE_VERSION in "
+        "tools/vectors/releases.json (after bumping SUITE_VERSION), instead of writing",
+    )
+    parser.add_argument(
+        "--amend",
+        action="store_true",
+        help="with --record-release: replace the digest already recorded for SUITE_VERSION "
+        "(only for a version not yet published)",
+    )
     args = parser.parse_args(argv)
+    if args.record_release:
+        return releases.record(SUITE_VERSION, suite_files(all_vectors()), amend=args.amend)
     doc = write_all(args.out)
     counts: dict[str, int] = {}
     for v in doc["vectors"]:

@@ -1,0 +1,190 @@
+"""A conformance suite on disk: its manifest, and the check that its files are the listed ones.
+
+A suite is a folder holding ``manifest.json``, ``vectors/`` and ``schema/`` (the installed
+package folder, a clone's ``conformance/``, or the published archive unpacked).  Before a
+loader runs, :func:`problems` checks every file the manifest lists, each vector and each entry
+of ``files`` (the schemas), against its listed size and sha256, as a regular file (not a link),
+and that ``vectors/`` holds nothing unlisted.  A suite is data from outside: the manifest is
+read bounded, its paths must name a file directly under ``vectors/`` or ``schema/``, and
+nothing outside the suite's folder is opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance import exactjson
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 2
+#: A manifest larger than this is refused unread (the committed one is under 1 MiB).
+MANIFEST_LIMIT = 64 << 20
+#: The paths a manifest may list: one plain name directly under one of the suite's folders.
+_PATH = re.compile(r"^(vectors|schema)/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: How many offending files a message names before it counts the rest.
+SHOWN = 5
+
+
+class SuiteError(ValueError):
+    """The suite cannot be used: the message names the files and what was expected."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One file the manifest lists: its path under the suite, size and sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    root: Path
+    manifest: dict[str, Any]
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The suite's own version and the spec version it tests, as the manifest gives them."""
+        return {k: str(self.manifest[k]) for k in ("suite_version", "spec_version")}
+
+    def listed(self) -> list[Listed]:
+        """Every file of the suite but the manifest: the vectors, then ``files``."""
+        vectors = [Listed(v["file"], v["size"], v["sha256"]) for v in self.manifest["vectors"]]
+        return vectors + [Listed(f["path"], f["size"], f["sha256"]) for f in self.manifest["files"]]
+
+
+def load(root: Path) -> Suite:
+    """The suite in folder ``root``, its manifest read and its structure checked."""
+    path = root / MANIFEST_NAME
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MANIFEST_LIMIT + 1)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the manifest: {exc.strerror}") from exc
+    if len(raw) > MANIFEST_LIMIT:
+        raise SuiteError(f"{path}: larger than {MANIFEST_LIMIT >> 20} MiB; not a manifest")
+    try:
+        text = raw.decode("utf-8")
+        doc = json.loads(text)
+        exact = exactjson.loads(text)
+    except ValueError as exc:
+        raise SuiteError(f"{path}: not a JSON document ({exc})") from exc
+    _check_structure(doc, path)
+    for vector, written in zip(doc["vectors"], exact["vectors"], strict=True):
+        if "content" in vector:  # the expected metadata with its numbers as written [ADP-1]
+            vector["content"] = written["content"]
+    return Suite(root, doc)
+
+
+def _check_structure(doc: Any, path: Path) -> None:
+    if not isinstance(doc, dict) or doc.get("manifest_version") != MANIFEST_VERSION:
+        found = doc.get("manifest_version") if isinstance(doc, dict) else type(doc).__name__
+        raise SuiteError(
+            f"{path}: manifest_version expected {MANIFEST_VERSION}, found {found!r} "
+            "(a suite from another version of the runner?)"
+        )
+    for key in ("suite_version", "spec_version"):
+        if not isinstance(doc.get(key), str):
+            raise SuiteError(f"{path}: {key} expected a string, found {doc.get(key)!r}")
+    for key, path_key in (("vectors", "file"), ("files", "path")):
+        items = doc.get(key)
+        if not isinstance(items, list):
+            raise SuiteError(f"{path}: {key} expected a list")
+        for number, item in enumerate(items):
+            if not _listed_ok(item, path_key):
+                raise SuiteError(
+                    f"{path}: {key}[{number}] expected {path_key} (a name under vectors/ or "
+                    "schema/), size (an integer) and sha256 (64 lowercase hex digits)"
+                )
+    ids = [v.get("id") for v in doc["vectors"]]
+    if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+        raise SuiteError(f"{path}: vector ids expected unique strings")
+    for v in doc["vectors"]:
+        if not _verdict_ok(v):
+            raise SuiteError(
+                f"{path}: vector {v['id']!r} expected expect (accept, reject or either), "
+                "requirements (a list), error_code for a reject, either_codes for an either, "
+                "and content (an object) for an accept or an either"
+            )
+
+
+def _verdict_ok(v: dict[str, Any]) -> bool:
+    """The fields the runner judges by are there, with their types."""
+    expect = v.get("expect")
+    return (
+        expect in ("accept", "reject", "either")
+        and isinstance(v.get("requirements"), list)
+        and (expect != "reject" or isinstance(v.get("error_code"), str))
+        and (expect != "either" or isinstance(v.get("either_codes"), list))
+        and (expect == "reject" or isinstance(v.get("content"), dict))
+    )
+
+
+def _listed_ok(item: Any, path_key: str) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get(path_key), str)
+        and _PATH.match(item[path_key]) is not None
+        and type(item.get("size")) is int
+        and item["size"] >= 0
+        and isinstance(item.get("sha256"), str)
+        and _SHA256.match(item["sha256"]) is not None
+    )
+
+
+def problems(suite: Suite) -> list[str]:
+    """What is wrong with the suite's files, one line per file; empty when all is as listed."""
+    found = []
+    listed = suite.listed()
+    for item in listed:
+        why = _problem(suite.root / item.path, item)
+        if why:
+            found.append(f"{item.path}: {why}")
+    names = {item.path for item in listed}
+    folder = suite.root / "vectors"
+    for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
+        if f"vectors/{name}" not in names:
+            found.append(f"vectors/{name}: not listed in the manifest")
+    return found
+
+
+def _problem(path: Path, item: Listed) -> str:
+    """Why ``path`` is not the listed file, or ``""``."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be opened as a regular file ({exc.strerror})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a regular file"
+        size = os.fstat(fd).st_size
+        if size != item.size:
+            return f"size expected {item.size} bytes, found {size}"
+        digest = hashlib.sha256()
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    if digest.hexdigest() != item.sha256:
+        return f"sha256 expected {item.sha256}, found {digest.hexdigest()}"
+    return ""
+
+
+def refusal(found: list[str]) -> str:
+    """The message for a suite whose files differ: the first few and the count."""
+    shown = "\n".join(f"  {line}" for line in found[:SHOWN])
+    more = f"\n  ... and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    return (
+        f"the suite's files are not the ones its manifest lists ({len(found)} "
+        f"{'file' if len(found) == 1 else 'files'}); nothing was run:\n{shown}{more}"
+    )
