@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 
-from conformance import exactjson, run
+from conformance import exactjson, run, suite
 from conformance.adapters.reference import describe
 from tools import traceability
 from tools.vectors import generate
@@ -21,9 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conformance"
 MANIFEST = json.loads((CONF / "manifest.json").read_text(encoding="utf-8"))
 EXACT_CONTENT = {
-    v["id"]: v["content"]
-    for v in run.load_manifest(CONF / "manifest.json")["vectors"]
-    if "content" in v
+    v["id"]: v["content"] for v in suite.load(CONF).manifest["vectors"] if "content" in v
 }
 
 

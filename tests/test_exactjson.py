@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance import exactjson, run
+from conformance import exactjson, run, suite
 from conformance.adapters import reference as adapter
 
 CONF = Path(__file__).resolve().parent.parent / "conformance"
@@ -81,7 +81,7 @@ def test_difference_names_the_place():
 
 
 def _expected(vector_id: str) -> dict:
-    manifest = run.load_manifest(CONF / "manifest.json")
+    manifest = suite.load(CONF).manifest
     return next(v for v in manifest["vectors"] if v["id"] == vector_id)["content"]
 
 
