@@ -116,6 +116,8 @@ class V1Reader:
     """An AWQ v1 checkpoint, read lazily, with the :class:`reference.Reader` API."""
 
     format_version = "1"
+    family = "V1"
+    source_format = "AWQ v1 (AutoAWQ GEMM, safetensors)"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -129,6 +131,12 @@ class V1Reader:
     def _find_layers(self) -> dict[str, QuantConfig]:
         layers = {}
         for name in self._tensors:
+            if name.endswith(".weight_packed"):
+                raise _legacy("CT_BAD_CONFIG", f"{name!r} is a compressed-tensors layer but no "
+                              "config.json beside it says quant_method compressed-tensors",
+                              offset=0, expected="a compressed-tensors quantization_config",
+                              found=(self.quant.source.get("quant_method") if self.quant
+                                     else "none"))  # fmt: skip
             if not name.endswith(".qweight"):
                 continue
             prefix = name[: -len(".qweight")]
