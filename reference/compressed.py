@@ -296,12 +296,12 @@ class CompressedReader:
             raise self._mismatch(prefix, "weight_scale", f"F16/BF16/F32 [{n}, groups]",
                                  f"{scale.dtype} {list(scale.shape)}")  # fmt: skip
         groups = scale.shape[1]
+        group = self._group_of(prefix, k, groups, symmetric=zero_point is None)
         if zero_point is not None and (
             zero_point.dtype != "I32" or zero_point.shape != (-(-n // PACK), groups)
         ):
             raise self._mismatch(prefix, "weight_zero_point", f"I32 {[-(-n // PACK), groups]}",
                                  f"{zero_point.dtype} {list(zero_point.shape)}")  # fmt: skip
-        group = self._group_of(prefix, k, groups, symmetric=zero_point is None)
         if n % PACK:
             raise legacy_error("CT", "UNSUPPORTED",
                                f"{prefix}: output size not a multiple of {PACK} (the AWQ "
@@ -328,7 +328,8 @@ class CompressedReader:
                 return g
         if symmetric and any(not g.symmetric and g.fits(k, groups) for g in self.quant.groups):
             raise self._incomplete(prefix, "weight_zero_point")
-        found = f"{'symmetric' if symmetric else 'asymmetric'}, {groups} groups of in = {k}"
+        found = (f"{'symmetric' if symmetric else 'asymmetric'}, weight_scale of {groups} "
+                 f"groups, in = {k}")  # fmt: skip
         raise self._mismatch(prefix, "its parts fit no configuration group",
                              [(g.name, g.symmetric, g.group_size) for g in self.quant.groups],
                              found)  # fmt: skip
