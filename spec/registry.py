@@ -347,7 +347,7 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "CT_BAD_CONFIG",
         "LegacyError",
         ("CT-3",),
-        "config.json unreadable, a quantization_config that is not the compressed-tensors "
+        "a quantization_config that is not the compressed-tensors "
         "schema, or compressed-tensors tensors without one",
     ),
     ErrorCode(

@@ -458,7 +458,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "CT-3",
         "MUST",
-        "It MUST refuse with `CT_BAD_CONFIG` an unreadable `config.json`, a `quantization_config` whose fields do not have the compressed-tensors types (`config_groups` an object of groups with `targets` and `weights`, `ignore` a list of names), and `weight_packed` tensors without a compressed-tensors configuration.",
+        "It MUST refuse with `CT_BAD_CONFIG` a `quantization_config` whose fields do not have the compressed-tensors types (`config_groups` an object of groups with `targets` and `weights`, `ignore` a list of names), and `weight_packed` tensors without a compressed-tensors configuration. (A `config.json` that cannot be read at all does not say which reader applies; it is refused as V1-2 says.)",
         subject="converter",
     ),
     _r(

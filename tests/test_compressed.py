@@ -20,6 +20,7 @@ from reference import codec
 from reference.compressed import CompressedReader
 from reference.convert import main as convert_main
 from reference.dump import main as dump_main
+from reference.source import TensorSource
 from reference.writer import PARTIAL_SUFFIX
 
 MARLIN = {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"}
@@ -60,7 +61,7 @@ def test_reader_and_converted_file_dequantise_exactly(tmp_path, case, kw):
     dst = tmp_path / "out.awq2"
     _convert(ck.folder, dst)
     with reference.open(ck.folder) as ct, reference.open(dst, validate=True) as v2:
-        assert isinstance(ct, CompressedReader)
+        assert isinstance(ct, CompressedReader) and isinstance(ct, TensorSource)
         assert sorted(ct.layers()) == sorted(ck.layers)
         assert sorted(ct.names()) == sorted(v2.names())
         _check_layers(ck, ct, group_size=kw["group_size"])
