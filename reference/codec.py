@@ -9,6 +9,8 @@ order; the numbers below are imported from :mod:`spec.marlin`):
   bits ``bits*f .. bits*f + bits - 1``.
 - AWQ v1 (``awq_pack``): field ``i`` of word ``(r, c)`` holds ``q[r, pf*c + ORDER[i]]`` with
   ``ORDER = [0, 2, 4, 6, 1, 3, 5, 7]`` (4-bit) or ``[0, 2, 1, 3]`` (8-bit).
+- compressed-tensors ``pack-quantized`` (``ct_pack``): field ``i`` of word ``(r, c)`` holds
+  ``q[r, pf*c + i]``; its ``weight_packed`` is ``[n, k // pf]``, packed along k.
 - Marlin qweight ``int32[k // 16, n * 16 // pf]``: row ``R`` holds k rows ``16R .. 16R + 15`` as
   ``n // 64`` tiles ``T`` of ``1024 // pf`` words. In a tile, lane ``L`` (0..31) and sub-tile
   ``S`` (0..3) own the codes at ``k = 16R + 2*(L % 4) + dk + 8*hk``,
@@ -61,6 +63,8 @@ __all__ = [
     "awq_pack",
     "awq_to_marlin",
     "awq_unpack",
+    "ct_pack",
+    "ct_unpack",
     "dequantize",
     "is_channelwise",
     "marlin_compatible",
@@ -311,6 +315,26 @@ def awq_unpack(qweight: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
     out = np.empty((rows, m, pf), dtype=_U8)
     out[:, :, np.asarray(AWQ_ORDER[bits], dtype=np.intp)] = fields
     return out.reshape(rows, m * pf)
+
+
+def ct_pack(q: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
+    """Pack codes ``uint8[r, m]`` into compressed-tensors ``pack-quantized`` words
+    ``int32[r, m // pf]``: field ``i`` of word ``(r, c)`` holds ``q[r, pf*c + i]`` (consecutive
+    columns, the first in the low bits). Raises CodecError like :func:`awq_pack`."""
+    pf = pack_factor(bits)
+    codes = _check_codes("q", q, bits)
+    rows, m = codes.shape
+    if m % pf != 0:
+        raise CodecError(RULE_NPF, f"n = {m}, pf = {pf}")
+    return _pack_words(codes.reshape(rows, m // pf, pf), bits)
+
+
+def ct_unpack(words: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
+    """Inverse of :func:`ct_pack`: ``int32[r, c]`` -> ``uint8[r, c * pf]``."""
+    pf = pack_factor(bits)
+    arr = _check_array("words", words, 2)
+    fields = _unpack_words(_check_words("words", arr, arr.shape), bits)
+    return fields.reshape(arr.shape[0], arr.shape[1] * pf)
 
 
 # ---------------------------------------------------------------------------------------------

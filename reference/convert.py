@@ -1,18 +1,22 @@
-"""``python -m reference.convert SRC DST``: convert an AWQ v1 checkpoint to AWQ-v2.
+"""``python -m reference.convert SRC DST``: convert an AWQ v1 or compressed-tensors checkpoint
+to AWQ-v2.
 
 SRC is an AutoAWQ checkpoint folder (``config.json`` or ``quant_config.json``, and
-``model.safetensors`` or shards with ``model.safetensors.index.json``) or a single
-``.safetensors`` file.  The conversion:
+``model.safetensors`` or shards with ``model.safetensors.index.json``), an llm-compressor
+``pack-quantized`` checkpoint folder (``config.json`` with ``quant_method:
+"compressed-tensors"``) [CT-1], or a single ``.safetensors`` file with its ``config.json``
+beside it.  The conversion:
 
 * streams layer by layer: peak memory is about one layer (its v1 tensors, the
   unpacked codes and the Marlin result) plus the index, not the model;
 * stores each layer in the Marlin layouts, or in the AWQ v1 layouts when it breaks
   Marlin's shape rules [LAY-8] (such layers are listed in the summary), and keeps
-  ``modules_to_not_convert`` and every unquantised tensor as it is;
+  ``modules_to_not_convert`` (compressed-tensors: ``ignore``) and every unquantised tensor
+  as it is;
 * writes ``config.json``, the quantisation config and the provenance (source file
   names, sizes and SHA-256) into the metadata [META-3];
 * validates and verifies the finished file before it is renamed into place, unless
-  ``--no-verify``; an interrupted or refused conversion leaves nothing at DST [V1-5];
+  ``--no-verify``; an interrupted or refused conversion leaves nothing at DST [V1-5, CT-6];
 * is deterministic: the same input gives the same bytes [WR-1].
 
 Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
@@ -38,10 +42,10 @@ from reference import __version__
 from reference.errors import FormatError, error
 from reference.files import open_regular
 from reference.layers import PARTS
+from reference.legacy import Checkpoint, open_checkpoint
 from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
 from reference.text import escape
-from reference.v1 import V1Reader
 from reference.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
 from spec.constants import ALIGNMENT, MAGIC, SLAB_OFFSET
@@ -114,7 +118,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
+def make_plan(src: Checkpoint, *, hash_sources: bool = True) -> Plan:
     """The conversion order (natural name order; a layer where its first tensor sorts)."""
     plan = Plan()
     layers = set(src.layers())
@@ -139,7 +143,7 @@ def make_plan(src: V1Reader, *, hash_sources: bool = True) -> Plan:
     return plan
 
 
-def _plan_metadata(src: V1Reader, *, hash_sources: bool) -> dict[str, Any]:
+def _plan_metadata(src: Checkpoint, *, hash_sources: bool) -> dict[str, Any]:
     """The source's configuration plus provenance, refused here if a reader would refuse it."""
     # a dry run skips hashing but keeps a same-length placeholder, so its size is exact
     files = [
@@ -153,7 +157,7 @@ def _plan_metadata(src: V1Reader, *, hash_sources: bool) -> dict[str, Any]:
     metadata = {
         **src.metadata,
         "provenance": {
-            "source_format": "AWQ v1 (AutoAWQ GEMM, safetensors)",
+            "source_format": src.source_format,
             "source_files": files,
             "converter": f"reference.convert {__version__}",
         },
@@ -161,13 +165,14 @@ def _plan_metadata(src: V1Reader, *, hash_sources: bool) -> dict[str, Any]:
     try:  # what a reader would refuse is refused here, with the checkpoint named [META-5]
         encode_metadata(metadata)
     except ValueError as exc:
-        raise error("V1_BAD_CONFIG", "the checkpoint's configuration cannot be AWQ-v2 metadata",
-                    offset=0, expected="metadata a reader accepts", found=str(exc)[:200],
+        message = "the checkpoint's configuration cannot be AWQ-v2 metadata"
+        raise error(f"{src.family}_BAD_CONFIG", message, offset=0,
+                    expected="metadata a reader accepts", found=str(exc)[:200],
                     path=str(src.path)) from exc  # fmt: skip
     return metadata
 
 
-def _stored_shape(src: V1Reader, name: str, family: str) -> tuple[int, ...]:
+def _stored_shape(src: Checkpoint, name: str, family: str) -> tuple[int, ...]:
     info = src.entry(name)
     if family == "MARLIN" and name.endswith(".qweight"):
         return (info.k // 16, info.n * 16 * info.bits // 32)
@@ -183,7 +188,7 @@ def convert(
 ) -> dict[str, Any]:
     """Convert and return the summary (the same dict ``--json`` prints)."""
     started = time.perf_counter()
-    with V1Reader(src_path) as src:
+    with open_checkpoint(src_path) as src:
         plan = make_plan(src)
         check = _verify_file if verify else None
         with Writer(dst_path, metadata=plan.metadata, check=check) as writer:
@@ -196,7 +201,7 @@ def convert(
     return summary
 
 
-def _write_step(src: V1Reader, writer: Writer, step: Step) -> None:
+def _write_step(src: Checkpoint, writer: Writer, step: Step) -> None:
     if not step.layer:
         info = src.entry(step.name)
         writer.add(step.name, src.tensor(step.name), dtype=info.dtype)
@@ -267,7 +272,8 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m reference.convert",
-        description="Convert an AWQ v1 (AutoAWQ GEMM) checkpoint to AWQ-v2. Layers are stored "
+        description="Convert an AWQ v1 (AutoAWQ GEMM) or compressed-tensors pack-quantized "
+        "(llm-compressor W4A16) checkpoint to AWQ-v2. Layers are stored "
         "pre-swizzled in vLLM's Marlin layout; the conversion streams tensor by tensor, so its "
         "own memory is about the largest tensor or layer plus the index, not the model. "
         "The output is validated and every checksum "
@@ -275,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing at DST.",
         epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error",
     )
-    parser.add_argument("src", type=Path, help="AWQ v1 checkpoint folder or .safetensors file")
+    parser.add_argument(
+        "src", type=Path, help="AWQ v1 or compressed-tensors checkpoint folder or .safetensors file"
+    )
     parser.add_argument("dst", type=Path, nargs="?", help="the .awq2 file to write")
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
@@ -330,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(escape(note), file=sys.stderr)
                 leftover.unlink(missing_ok=True)
         if args.dry_run:
-            with V1Reader(args.src) as src:
+            with open_checkpoint(args.src) as src:
                 plan = make_plan(src, hash_sources=False)
             summary = _summary(plan, args.dst or "(none)")
             summary["plan"] = [

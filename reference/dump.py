@@ -274,7 +274,8 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
         print(f"  see      {', '.join(exc.requirements)}", file=out)
     if exc.code == "BAD_MAGIC" and os.path.isfile(args.file) and is_safetensors(Path(args.file)):
         print(
-            "  hint     this is a safetensors file (an AWQ v1 checkpoint?): reference.open() "
+            "  hint     this is a safetensors file (an AWQ v1 or compressed-tensors checkpoint?): "
+            "reference.open() "
             "reads it, and python -m reference.convert converts it to AWQ-v2",
             file=out,
         )

@@ -174,6 +174,38 @@ def read_linear(
         qi.group_size,
         infos["scales"].dtype,
     )
+    return sharded(layer, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
+
+
+def awq_linear(
+    prefix: str,
+    qweight: NDArray[np.int32],
+    qzeros: NDArray[np.int32],
+    scales: NDArray[Any],
+    bias: NDArray[Any] | None,
+    *,
+    k: int,
+    n: int,
+    bits: int,
+    group_size: int,
+    scale_dtype: str,
+) -> LinearLayer:
+    """A layer given as AWQ v1 tensors, repacked to Marlin in NumPy when Marlin's shape rules
+    hold and kept in the AWQ layout otherwise [LAY-8]: what a checkpoint reader returns."""
+    if not marlin_shape_ok(k, n, bits, group_size):
+        return LinearLayer(prefix, "AWQ", qweight, scales, qzeros, bias, k, n, bits, group_size,
+                           scale_dtype)  # fmt: skip
+    mq, ms, mz = codec.awq_to_marlin(
+        qweight, qzeros, _as_float(scales), bits=bits, group_size=group_size
+    )
+    return LinearLayer(prefix, "MARLIN", mq, np.asarray(ms).view(scales.dtype), mz, bias, k, n,
+                       bits, group_size, scale_dtype)  # fmt: skip
+
+
+def sharded(
+    layer: LinearLayer, *, tp_rank: int, tp_size: int, parallel: Parallel | None
+) -> LinearLayer:
+    """``layer`` itself when ``tp_size == 1`` and no ``parallel`` is asked, else its shard."""
     if tp_size == 1 and parallel is None:
         return layer
     if parallel not in ("column", "row"):

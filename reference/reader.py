@@ -23,14 +23,15 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from reference.checkpoint import is_safetensors
 from reference.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
 from reference.files import open_regular
 from reference.index import Index
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
+from reference.legacy import Checkpoint, open_checkpoint
 from reference.metadata import parse_metadata
 from reference.order import slab_order
 from reference.rules import TensorInfo
-from reference.v1 import V1Reader, is_safetensors
 from reference.validate import validate_index
 from spec.algorithms import crc32c
 from spec.constants import ALIGNMENT, MAGIC
@@ -302,22 +303,24 @@ class Reader:
 
 def open(  # noqa: A001
     path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
-) -> Reader | V1Reader:
-    """Open an AWQ-v2 file, or an AWQ v1 checkpoint (file or folder) through the same API.
+) -> Reader | Checkpoint:
+    """Open an AWQ-v2 file, or an AWQ v1 or compressed-tensors checkpoint (file or folder)
+    through the same API.
 
     ``validate=True`` runs full validation before returning.  ``copy=True`` reads an AWQ-v2
     file into private memory instead of mapping it (see :class:`Reader`: a mapped file
-    truncated meanwhile kills the process with SIGBUS); AWQ v1 checkpoints ignore it.  A file
-    is AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors,
-    is read as AWQ v1 [V1-1].
+    truncated meanwhile kills the process with SIGBUS); checkpoints ignore it.  A file is
+    AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors, is
+    a checkpoint: compressed-tensors when its ``config.json`` says so [CT-1], else AWQ v1
+    [V1-1].
     """
     p = Path(path)
     if p.is_dir():
-        return V1Reader(p)
+        return open_checkpoint(p)
     with open_regular(p) as f:
         head = f.read(len(MAGIC))
     if head != MAGIC and is_safetensors(p):
-        return V1Reader(p)
+        return open_checkpoint(p)
     return Reader(p, validate=validate, copy=copy)
 
 

@@ -323,6 +323,34 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "config.json or quant_config.json unreadable, or quantised tensors without a config",
     ),
     ErrorCode(
+        "CT_UNSUPPORTED",
+        "LegacyError",
+        ("CT-2",),
+        "a compressed-tensors checkpoint this reader cannot read exactly (format, bits, type, "
+        "strategy, activation ordering, activation or KV-cache quantisation, sparsity, transforms)",
+    ),
+    ErrorCode(
+        "CT_INCOMPLETE",
+        "LegacyError",
+        ("CT-4",),
+        "a compressed-tensors checkpoint with a missing shard, tensor or layer part, or a "
+        "truncated safetensors file",
+    ),
+    ErrorCode(
+        "CT_SHAPE_MISMATCH",
+        "LegacyError",
+        ("CT-5",),
+        "compressed-tensors layer parts whose shapes or dtypes disagree with each other, with "
+        "weight_shape or with the configuration",
+    ),
+    ErrorCode(
+        "CT_BAD_CONFIG",
+        "LegacyError",
+        ("CT-3",),
+        "a quantization_config that is not the compressed-tensors "
+        "schema, or compressed-tensors tensors without one",
+    ),
+    ErrorCode(
         "BAD_TENSOR_CHECKSUM",
         "ChecksumError",
         ("ENT-10",),

@@ -442,6 +442,43 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A converter MUST write an AWQ-v2 file whose MARLIN_* payloads are exactly the Marlin transformation of the v1 tensors (codec chapter) and whose AWQ_* payloads are the v1 payloads unchanged, and MUST publish nothing when it refuses or fails.",
         subject="converter",
     ),
+    # ---- compressed-tensors pack-quantized checkpoints
+    _r(
+        "CT-1",
+        "MAY",
+        "A reader MAY open compressed-tensors `pack-quantized` checkpoints (a `config.json` whose `quantization_config.quant_method` is `compressed-tensors`, beside one safetensors file or the shards of `model.safetensors.index.json`); one that does SHOULD present each quantised layer `<prefix>` as `<prefix>.qweight`, `<prefix>.qzeros` and `<prefix>.scales` in the AWQ layouts: codes and zero points are the stored unsigned fields (the signed value plus 8), a symmetric layer's zero points are all 8, scales are `weight_scale` transposed in its stored dtype, and a `channel` layer has group size -1; every other tensor is presented unchanged.",
+        subject="converter",
+    ),
+    _r(
+        "CT-2",
+        "MUST",
+        "A reader or converter of compressed-tensors MUST refuse with `CT_UNSUPPORTED` a checkpoint it cannot represent exactly: a `format` other than `pack-quantized`, weights of other than 4 bits or of `type` other than `int`, a `strategy` other than `group` or `channel`, `dynamic` weights, `actorder` `group` or a `weight_g_idx` that is not `column // group_size`, `input_activations`, `output_activations` or a `kv_cache_scheme`, a non-empty `sparsity_config` or `transform_config`, a weight argument it does not know, or a layer whose output size is not a multiple of 8.",
+        subject="converter",
+    ),
+    _r(
+        "CT-3",
+        "MUST",
+        "It MUST refuse with `CT_BAD_CONFIG` a `quantization_config` whose fields do not have the compressed-tensors types (`config_groups` an object of groups with `targets` and `weights`, `ignore` a list of names), and `weight_packed` tensors without a compressed-tensors configuration. (A `config.json` that cannot be read at all does not say which reader applies; it is refused as V1-2 says.)",
+        subject="converter",
+    ),
+    _r(
+        "CT-4",
+        "MUST",
+        "It MUST refuse with `CT_INCOMPLETE` a checkpoint with a shard the index names but the folder lacks, a tensor the index maps to a shard that lacks it, a truncated safetensors file, or a layer missing `weight_packed`, `weight_scale` or `weight_shape`, or `weight_zero_point` when its group is asymmetric.",
+        subject="converter",
+    ),
+    _r(
+        "CT-5",
+        "MUST",
+        "It MUST refuse with `CT_SHAPE_MISMATCH` a layer whose parts disagree with each other or with `weight_shape` (`weight_packed` int32 `[out, ceil(in / 8)]`, `weight_scale` F16, BF16 or F32 `[out, groups]`, `weight_zero_point` int32 `[ceil(out / 8), groups]`, `weight_shape` two integers), whose parts fit no configuration group, or that is named in `ignore`.",
+        subject="converter",
+    ),
+    _r(
+        "CT-6",
+        "MUST",
+        "A converter MUST write an AWQ-v2 file whose quantised layers hold exactly the codes, zero points and scales of CT-1 (MARLIN_* payloads their Marlin transformation, AWQ_* payloads their AWQ packing), whose other tensors are the stored tensors unchanged, and MUST publish nothing when it refuses or fails.",
+        subject="converter",
+    ),
     # ---- checksums
     _r(
         "CRC-1",

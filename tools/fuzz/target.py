@@ -28,6 +28,7 @@ import numpy as np
 
 import reference
 import reference.convert
+from reference.compressed import CompressedReader
 from reference.errors import FormatError, TensorNotFoundError
 from reference.v1 import V1Reader
 from tools import ROOT
@@ -152,7 +153,7 @@ def exercise(path: Path, hints: Sequence[str], st: State) -> None:
         except FormatError as exc:
             if st.code is None:
                 st.code = exc.code
-        if isinstance(reader, V1Reader):  # the converter's planning path (encodes metadata)
+        if isinstance(reader, V1Reader | CompressedReader):  # the converter's planning path
             plan = _call(st, "make_plan", lambda: reference.convert.make_plan(reader,
                          hash_sources=False))  # fmt: skip
             if plan is not None:
