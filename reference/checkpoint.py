@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,7 @@ class SafetensorsFiles:
             self.metadata.update(meta)
         self._check_weight_map()
         self._handles: dict[Path, Any] = {}
+        self._handles_lock = threading.Lock()  # the converter reads from several threads
 
     def _shard_files(self) -> list[Path]:
         if self.path.is_file():
@@ -298,16 +300,19 @@ class SafetensorsFiles:
     def _handle(self, file: Path) -> Any:
         """safetensors' own reader of one file, opened once; what it refuses (offsets with
         gaps or overlaps, a data section that does not end the file) is ``*_INCOMPLETE``."""
-        handle = self._handles.get(file)
-        if handle is None:
-            try:
-                handle = safe_open(str(file), framework="numpy").__enter__()
-            except SafetensorError as exc:
-                raise legacy_error(self.family, "INCOMPLETE",
-                                   f"{file.name}: safetensors refuses it: {exc}", offset=8,
-                                   expected="a valid safetensors file", found=str(exc)[:120],
-                                   path=str(file)) from exc  # fmt: skip
-            self._handles[file] = handle
+        with self._handles_lock:
+            return self._handles.get(file) or self._open_handle(file)
+
+    def _open_handle(self, file: Path) -> Any:
+        """Open one file with safetensors' reader (under the lock of :meth:`_handle`)."""
+        try:
+            handle = safe_open(str(file), framework="numpy").__enter__()
+        except SafetensorError as exc:
+            raise legacy_error(self.family, "INCOMPLETE",
+                               f"{file.name}: safetensors refuses it: {exc}", offset=8,
+                               expected="a valid safetensors file", found=str(exc)[:120],
+                               path=str(file)) from exc  # fmt: skip
+        self._handles[file] = handle
         return handle
 
     def validate(self) -> None:

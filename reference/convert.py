@@ -33,15 +33,17 @@ import re
 import resource
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference import __version__
+from reference import __version__, folder
 from reference.errors import FormatError, error
 from reference.files import open_regular
-from reference.layers import PARTS
+from reference.layers import PARTS, StoredTensor, encode_linear
 from reference.legacy import Checkpoint, open_checkpoint
 from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
@@ -179,39 +181,117 @@ def _stored_shape(src: Checkpoint, name: str, family: str) -> tuple[int, ...]:
     return info.shape
 
 
+def default_jobs() -> int:
+    """The cores this process may use: ``os.process_cpu_count()`` (Python 3.13), else the
+    scheduler's affinity mask, else ``os.cpu_count()``."""
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        return counter() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def convert(
     src_path: str | Path,
     dst_path: str | Path,
     *,
     verify: bool = True,
     progress: bool = False,
+    jobs: int | None = None,
 ) -> dict[str, Any]:
-    """Convert and return the summary (the same dict ``--json`` prints)."""
+    """Convert and return the summary (the same dict ``--json`` prints).
+
+    ``jobs`` threads (default :func:`default_jobs`) read and repack layers; the file is
+    written in plan order, so the bytes do not depend on ``jobs`` [CONV-3]."""
     started = time.perf_counter()
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     with open_checkpoint(src_path) as src:
         plan = make_plan(src)
         check = _verify_file if verify else None
         with Writer(dst_path, metadata=plan.metadata, check=check) as writer:
-            for step in _progress(plan.steps, enabled=progress):
-                _write_step(src, writer, step)
+            steps = _progress(plan.steps, enabled=progress)
+            for stored in _prepared(src, steps, jobs):
+                for tensor in stored:
+                    writer.add(tensor.name, tensor.array, **tensor.fields)
     summary = _summary(plan, dst_path)
     summary["verified"] = verify
+    summary["jobs"] = jobs
     summary["seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return summary
 
 
-def _write_step(src: Checkpoint, writer: Writer, step: Step) -> None:
+def convert_folder(
+    src_path: str | Path,
+    dst_dir: str | Path,
+    *,
+    verify: bool = True,
+    progress: bool = False,
+    jobs: int | None = None,
+) -> dict[str, Any]:
+    """Convert a checkpoint folder to a servable model folder (:mod:`reference.folder`):
+    ``model.awq2``, ``config.json`` naming ``awq_v2``, and the source's other files, all
+    published at once [CONV-1, CONV-2].  Returns :func:`convert`'s summary plus ``folder``,
+    ``copied`` and ``not_copied``."""
+    src, dst = Path(src_path), Path(dst_dir)
+    files = folder.plan_folder(src)
+    with folder.publishing(dst) as tmp:
+        summary = convert(src, tmp / folder.MODEL_FILE, verify=verify, progress=progress,
+                          jobs=jobs)  # fmt: skip
+        with open_checkpoint(src) as checkpoint:
+            family, config = checkpoint.family, checkpoint.config or {}
+        with Reader(tmp / folder.MODEL_FILE) as written:
+            layers = {e.name[: -len(".qweight")]: (e.bits, e.group_size)
+                      for e in written.entries() if e.layout.endswith("_QWEIGHT")}  # fmt: skip
+        quantization = folder.servable_quantization_config(layers, family)
+        text = json.dumps(folder.servable_config(config, quantization), indent=2,
+                          ensure_ascii=False)  # fmt: skip
+        folder.write_text(tmp / folder.CONFIG_FILE, text + "\n")
+        for path in files.copies:
+            folder.copy_file(path, tmp / path.name)
+    summary["destination"] = str(dst / folder.MODEL_FILE)
+    summary["folder"] = str(dst)
+    summary["copied"] = [folder.CONFIG_FILE, *(p.name for p in files.copies)]
+    summary["not_copied"] = [{"name": n, "reason": r} for n, r in files.skipped]
+    summary["quantization_config"] = quantization
+    return summary
+
+
+def _prepared(src: Checkpoint, steps: Iterable[Step], jobs: int) -> Iterator[list[StoredTensor]]:
+    """Each step's tensors, ready to write, in plan order.  With ``jobs > 1`` threads prepare
+    them (NumPy releases the GIL) while at most ``jobs`` steps are in flight: memory is about
+    ``jobs + 1`` layers, whatever the model's size [CONV-3]."""
+    if jobs == 1:
+        yield from (_prepare_step(src, step) for step in steps)
+        return
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="convert") as pool:
+        window: deque[Future[list[StoredTensor]]] = deque()
+        try:
+            for step in steps:
+                if len(window) >= jobs:
+                    yield window.popleft().result()
+                window.append(pool.submit(_prepare_step, src, step))
+            while window:
+                yield window.popleft().result()
+        finally:
+            for future in window:  # a failure, or the writer gave up: start nothing more
+                future.cancel()
+
+
+def _prepare_step(src: Checkpoint, step: Step) -> list[StoredTensor]:
+    """Read one step from the checkpoint and encode it: the tensors the writer adds."""
     if not step.layer:
         info = src.entry(step.name)
-        writer.add(step.name, src.tensor(step.name), dtype=info.dtype)
-        return
+        return [StoredTensor(step.name, src.tensor(step.name), {"dtype": info.dtype})]
     qi = src.entry(f"{step.name}.qweight")
     scales_dtype = src.entry(f"{step.name}.scales").dtype
     has_bias = f"{step.name}.bias" in src
     bias = src.tensor(f"{step.name}.bias") if has_bias else None
     bias_dtype = src.entry(f"{step.name}.bias").dtype if has_bias else None
-    writer.add_linear(
+    _family, stored = encode_linear(
         step.name,
         qweight=src.tensor(f"{step.name}.qweight"),
         qzeros=src.tensor(f"{step.name}.qzeros"),
@@ -222,6 +302,7 @@ def _write_step(src: Checkpoint, writer: Writer, step: Step) -> None:
         bits=qi.bits,
         group_size=qi.group_size,
     )
+    return stored
 
 
 def _verify_file(path: Path) -> None:
@@ -263,6 +344,9 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
         print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
         for name in odd:
             print(f"    {escape(name)}")
+    if "folder" in summary:
+        copied = ", ".join(escape(name) for name in summary["copied"])
+        print(f"  folder {escape(summary['folder'])}: {copied} copied beside model.awq2")
     if not dry_run:
         print(f"  verified: {'yes' if summary['verified'] else 'no (--no-verify)'}; "
               f"{summary['seconds']} s; peak RSS {summary['peak_rss_mib']} MiB, "
@@ -284,7 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "src", type=Path, help="AWQ v1 or compressed-tensors checkpoint folder or .safetensors file"
     )
-    parser.add_argument("dst", type=Path, nargs="?", help="the .awq2 file to write")
+    parser.add_argument("dst", nargs="?",
+                        help="the .awq2 file to write; or, ending with '/' or naming an "
+                        "existing empty folder, the model folder to write: model.awq2, "
+                        "config.json (quant_method awq_v2) and a copy of every other file of "
+                        "SRC except the weights")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="threads that repack layers (default: the cores this process may "
+                        "use); the output is byte-identical for every N")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
@@ -292,10 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_paths(src: Path, dst: Path | None) -> tuple[int, str] | None:
+def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tuple[int, str] | None:
     """What is wrong with SRC and DST before anything is read or written: ``(exit status,
-    message)``, or None.  A missing or unreadable SRC is an I/O error; a DST that is a folder,
-    would replace a file of the source, or has a name too long to write is a usage error."""
+    message)``, or None.  A missing or unreadable SRC is an I/O error; a DST file that is a
+    folder, would replace a file of the source, or has a name too long to write, and a DST
+    folder that :func:`reference.folder.check_folder_paths` refuses, are usage errors."""
     if not src.exists():
         return EXIT_IO, f"cannot read {escape(str(src))}: no such file or folder"
     if not src.is_dir():
@@ -313,6 +405,9 @@ def check_paths(src: Path, dst: Path | None) -> tuple[int, str] | None:
         return None
     if len(dst.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
         return EXIT_USAGE, f"DST's file name is longer than {NAME_MAX} bytes"
+    if to_folder:
+        problem = folder.check_folder_paths(src, dst)
+        return None if problem is None else (EXIT_USAGE, escape(problem))
     if dst.is_dir():
         return EXIT_USAGE, f"DST {escape(str(dst))} is a folder; name the .awq2 file to write"
     sources = [p for p in src.iterdir() if p.is_file()] if src.is_dir() else [src]
@@ -326,13 +421,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dst is None and not args.dry_run:
         parser.error("DST is required unless --dry-run")
-    refusal = check_paths(args.src, args.dst)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
+    args.dst = None if args.dst is None else Path(args.dst)
+    refusal = check_paths(args.src, args.dst, to_folder=to_folder)
     if refusal is not None:
         status, message = refusal
         print(f"error: {message}", file=sys.stderr)
         return status
     try:
-        if args.dst is not None:
+        if args.dst is not None and not to_folder:
             for leftover in stale_partials(args.dst):
                 note = f"removing a partial file left by an interrupted run: {leftover}"
                 print(escape(note), file=sys.stderr)
@@ -346,8 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for s in plan.steps
             ]
         else:
-            summary = convert(args.src, args.dst, verify=not args.no_verify,
-                              progress=not args.quiet and sys.stderr.isatty())  # fmt: skip
+            run = convert_folder if to_folder else convert
+            summary = run(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
+                          progress=not args.quiet and sys.stderr.isatty())  # fmt: skip
     except FormatError as exc:
         print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
         if exc.expected is not None or exc.found is not None:
@@ -359,6 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: {escape(str(exc))}", file=sys.stderr)
         return EXIT_IO
+    for skipped in summary.get("not_copied", ()):  # said even with --quiet
+        note = f"not copied: {skipped['name']} ({skipped['reason']})"
+        print(escape(note), file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:

@@ -479,6 +479,25 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "A converter MUST write an AWQ-v2 file whose quantised layers hold exactly the codes, zero points and scales of CT-1 (MARLIN_* payloads their Marlin transformation, AWQ_* payloads their AWQ packing), whose other tensors are the stored tensors unchanged, and MUST publish nothing when it refuses or fails.",
         subject="converter",
     ),
+    # ---- the converter's output folder and threads
+    _r(
+        "CONV-1",
+        "SHOULD",
+        "A converter writing a model folder SHOULD write the converted weights as `model.awq2`, a `config.json` equal to the source's apart from `quantization_config`, which becomes `{\"quant_method\": \"awq_v2\", \"bits\", \"group_size\", \"source_format\"}` (numbers when every layer agrees; otherwise sorted lists, with `layer_bits` or `layer_group_sizes` mapping each layer prefix to its value), and byte-identical copies of every other regular file at the top of the source folder except `*.safetensors`, `*.safetensors.index.json`, `quant_config.json` and `*.awq2`.",
+        subject="converter",
+    ),
+    _r(
+        "CONV-2",
+        "MUST",
+        "A converter writing a model folder MUST publish it whole or not at all (written in a temporary sibling folder, renamed into place, removed on failure), MUST NOT replace a non-empty folder or write inside the source, and MUST NOT copy symbolic links that lead out of the source folder, sub-folders or files that are not regular; it names each one it leaves out.",
+        subject="converter",
+    ),
+    _r(
+        "CONV-3",
+        "MUST",
+        "A converter that repacks layers in parallel MUST write the same bytes whatever the number of threads, and SHOULD hold no more than about one layer per thread in memory, whatever the model's size.",
+        subject="converter",
+    ),
     # ---- checksums
     _r(
         "CRC-1",

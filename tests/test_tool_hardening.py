@@ -258,13 +258,15 @@ def test_convert_refuses_to_replace_its_own_source(tmp_path):
 
 
 def test_convert_checks_its_paths_before_converting(tmp_path):
-    """Finding 7: a folder as DST, an over-long DST name, a missing SRC and an AWQ-v2 SRC are
-    reported at once, each with its documented exit status."""
+    """Finding 7: a non-empty folder as DST (CONV-2: never replaced), an over-long DST name, a
+    missing SRC and an AWQ-v2 SRC are reported at once, each with its documented exit
+    status."""
     src = write_checkpoint(tmp_path / "ckpt")
     folder = tmp_path / "out"
     folder.mkdir()
+    (folder / "keep.txt").write_bytes(b"mine")
     cases = [
-        ([str(src), str(folder)], 2, "is a folder"),
+        ([str(src), str(folder)], 2, "is a folder that is not empty"),
         ([str(src), str(tmp_path / ("n" * 256))], 2, "longer than 255 bytes"),
         ([str(tmp_path / "missing"), str(tmp_path / "x.awq2")], 3, "no such file"),
     ]
@@ -275,7 +277,7 @@ def test_convert_checks_its_paths_before_converting(tmp_path):
         result = _run("-m", "reference.convert", *argv)
         assert result.returncode == status and words in result.stderr, (argv, result)
         assert "Traceback" not in result.stderr
-    assert list(folder.iterdir()) == []
+    assert [p.name for p in folder.iterdir()] == ["keep.txt"]
 
 
 # ------------------------------------------------------------ 5. escaping
