@@ -113,10 +113,12 @@ def natural_key(name: str) -> list[Any]:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+    """SHA-256 of a file, read through one 1 MiB buffer (no memory sized by the file)."""
+    digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+    view = memoryview(buffer)
     with open_regular(path) as f:
-        while chunk := f.read(16 << 20):
-            digest.update(chunk)
+        while got := f.readinto(buffer):
+            digest.update(view[:got])
     return digest.hexdigest()
 
 
