@@ -3,7 +3,9 @@
 Usage: ``python bench/bench_load.py [--shape 1b|7b|tiny] [--dir DIR] [--keep] [--repeats N]``.
 
 It writes a synthetic AutoAWQ (AWQ v1) Llama checkpoint (``reference.examples``), converts it to
-AWQ-v2 (``reference.convert.convert``, timed without and then with verification), and times, with
+AWQ-v2 (``reference.convert.convert``, timed without verification with ``--jobs 1`` and then
+with the default thread count, the cores this process may use; then the verification), and
+times, with
 a warm page cache and then a cold one (each file dropped with ``posix_fadvise(DONTNEED)`` before
 every repeat), loading every tensor of the model into memory:
 
@@ -25,7 +27,9 @@ every repeat), loading every tensor of the model into memory:
 
 It prints best and median of ``--repeats``, GB/s (of the file each case reads, 1 GB = 1e9 B) and
 the ratios (a)/(b), (b)/(c) (target <= 1.15), (b)/(d) (target <= 1.0), conversion/(a) (target
-<= 3.0), from the best times.  When (b) misses a target, (b) is profiled with cProfile.  Exit
+<= 3.0, the default thread count), the conversions against (a) and (c) with ``--jobs 1`` and
+the default, and default/jobs 1 (target <= 0.67: 1.5x faster on 2 cores), from the best
+times.  When (b) misses a target, (b) is profiled with cProfile.  Exit
 status 0 always: a benchmark, not a test.
 """
 
@@ -57,7 +61,7 @@ from safetensors.numpy import load_file
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import reference
-from reference.convert import convert
+from reference.convert import convert, default_jobs
 from reference.examples import LlamaShape, write_checkpoint
 from reference.layers import PARTS
 from reference.v1 import read_safetensors_header
@@ -72,7 +76,7 @@ SHAPES = {
 }
 CHUNK = 16 << 20  # plain sequential read chunk
 DIRECT_ALIGN = 4096  # O_DIRECT length rounding and buffer alignment
-TARGETS = {"(b)/(c)": 1.15, "(b)/(d)": 1.0, "conversion/(a)": 3.0}
+TARGETS = {"(b)/(c)": 1.15, "(b)/(d)": 1.0, "conversion/(a)": 3.0, "default/jobs 1": 1 / 1.5}
 COLD_SLOWDOWN = 1.3  # a cold sequential read at least this much slower than a warm one
 GB = 1e9
 
@@ -340,11 +344,11 @@ def ratio_line(name: str, num: float, den: float, note: str = "") -> str:
     target = TARGETS.get(name)
     verdict = ""
     if target is not None:
-        verdict = f"target <= {target:<4}  {'PASS' if value <= target else 'FAIL'}"
+        verdict = f"target <= {target:<4.2f}  {'PASS' if value <= target else 'FAIL'}"
     return f"  {name:<15} {value:8.2f}  {verdict:<20} {note}"
 
 
-def print_ratios(by_key: dict[str, Case], conversion_s: float, phase: str) -> list[str]:
+def print_ratios(by_key: dict[str, Case], conversion: Conversions, phase: str) -> list[str]:
     """Ratios of best times for ``phase`` ("warm" or "cold"); returns the failed names."""
     best = {k: min(getattr(c, phase)) for k, c in by_key.items() if getattr(c, phase)}
     if not {"(a)", "(b)", "(b2)", "(c)", "(c2)", "(d)"} <= best.keys():
@@ -356,8 +360,15 @@ def print_ratios(by_key: dict[str, Case], conversion_s: float, phase: str) -> li
         ("(b)/(c2)", best["(b)"], best["(c2)"], "the same, the floor's page faults counted"),
         ("(b2)/(c2)", best["(b2)"], best["(c2)"], "v2 fresh copies / plain read, new buffer"),
         ("(b)/(d)", best["(b)"], best["(d)"], "v2 read / safetensors load_file"),
-        ("conversion/(a)", conversion_s, best["(a)"], "conversion once / one v1 load"),
-    ]
+        ("conversion/(a)", conversion.default_s, best["(a)"],
+         f"conversion once (--jobs {conversion.jobs}, the default) / one v1 load"),
+        ("conv 1/(a)", conversion.one_s, best["(a)"], "conversion once (--jobs 1) / one v1 load"),
+        ("conversion/(c)", conversion.default_s, best["(c)"],
+         f"conversion (--jobs {conversion.jobs}) / plain read of its output"),
+        ("conv 1/(c)", conversion.one_s, best["(c)"], "conversion (--jobs 1) / plain read"),
+        ("default/jobs 1", conversion.default_s, conversion.one_s,
+         f"--jobs {conversion.jobs} / --jobs 1 (target: 1.5x faster on 2 cores, <= 0.67)"),
+    ]  # fmt: skip
     failed = []
     for name, num, den, note in lines:
         print(ratio_line(name, num, den, note))
@@ -409,19 +420,32 @@ def generate(folder: Path, shape: LlamaShape) -> Path:
     return path
 
 
-def convert_timed(src: Path, dst: Path) -> float:
-    t0 = time.perf_counter()
-    summary = convert(src, dst, verify=False)
-    seconds = time.perf_counter() - t0
-    print(f"converted to AWQ-v2 {dst}: {summary['file_size']:,} bytes "
-          f"({summary['tensors']} tensors, {summary['marlin_layers']}/{summary['layers']} "
-          f"Marlin layers, padding {summary['padding_bytes']:,} B) in {seconds:.2f} s "
-          f"(verify=False)")  # fmt: skip
+@dataclass
+class Conversions:
+    """Conversion times (verify=False) with ``--jobs 1`` and with the default thread count."""
+
+    one_s: float
+    default_s: float
+    jobs: int
+
+
+def convert_timed(src: Path, dst: Path) -> Conversions:
+    """Convert with ``--jobs 1`` and with the default, one after the other; keep the second."""
+    times = {}
+    jobs = default_jobs()
+    for n in (1, jobs):
+        t0 = time.perf_counter()
+        summary = convert(src, dst, verify=False, jobs=n)
+        times[n] = time.perf_counter() - t0
+        print(f"converted to AWQ-v2 {dst}: {summary['file_size']:,} bytes "
+              f"({summary['tensors']} tensors, {summary['marlin_layers']}/{summary['layers']} "
+              f"Marlin layers, padding {summary['padding_bytes']:,} B) in {times[n]:.2f} s "
+              f"(verify=False, --jobs {n})")  # fmt: skip
     t0 = time.perf_counter()
     with reference.open(dst, validate=True) as r:
         r.verify()
     print(f"verification (open(validate=True).verify()): {time.perf_counter() - t0:.2f} s")
-    return seconds
+    return Conversions(times[1], times[jobs], jobs)
 
 
 def make_cases(v1_dir: Path, v1_file: Path, v2: Path, buf: np.ndarray, direct: bool) -> list[Case]:
@@ -472,7 +496,7 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     print_environment(shape_name, shape)
     v1_dir, v2 = workdir / "v1", workdir / "model.awq2"
     v1_file = generate(v1_dir, shape)
-    conversion_s = convert_timed(v1_dir, v2)
+    conversion = convert_timed(v1_dir, v2)
     print(f"file sizes: v1 {v1_file.stat().st_size:,} B, v2 {v2.stat().st_size:,} B")
 
     refused = direct_supported(v2)
@@ -500,7 +524,7 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     print_table(cases)
     by_key = {c.key: c for c in cases}
     for phase in ("warm", "cold"):
-        failed = print_ratios(by_key, conversion_s, phase)
+        failed = print_ratios(by_key, conversion, phase)
         if profile or {"(b)/(c)", "(b)/(d)"} & set(failed):
             profile_v2_read(v2, cold=phase == "cold")
 
