@@ -17,7 +17,13 @@ beside it.  The conversion:
   names, sizes and SHA-256) into the metadata [META-3];
 * validates and verifies the finished file before it is renamed into place, unless
   ``--no-verify``; an interrupted or refused conversion leaves nothing at DST [V1-5, CT-6];
-* is deterministic: the same input gives the same bytes [WR-1].
+* is deterministic: the same input gives the same bytes [WR-1], with any number of
+  ``--jobs`` threads repacking layers (default: the cores this process may use) [CONV-3].
+
+DST ending with ``/``, or an existing empty folder, makes a servable model folder instead:
+``model.awq2``, ``config.json`` with ``quant_method: "awq_v2"``, and the source's other files
+(:mod:`reference.folder`), published by one rename [CONV-1, CONV-2].  Any other DST is the
+``.awq2`` file to write.
 
 Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
 and the reason are printed; nothing is written), 2 usage error, 3 I/O error.
