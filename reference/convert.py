@@ -123,7 +123,7 @@ def sha256_of(path: Path) -> str:
     digest, buffer = hashlib.sha256(), bytearray(1 << 20)
     view = memoryview(buffer)
     with open_regular(path) as f:
-        while got := f.readinto(buffer):
+        while got := f.readinto(buffer):  # type: ignore[attr-defined]  # a BufferedReader
             digest.update(view[:got])
     return digest.hexdigest()
 

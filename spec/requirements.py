@@ -483,7 +483,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "CONV-1",
         "SHOULD",
-        "A converter writing a model folder SHOULD write the converted weights as `model.awq2`, a `config.json` equal to the source's apart from `quantization_config`, which becomes `{\"quant_method\": \"awq_v2\", \"bits\", \"group_size\", \"source_format\"}` (numbers when every layer agrees; otherwise sorted lists, with `layer_bits` or `layer_group_sizes` mapping each layer prefix to its value), and byte-identical copies of every other regular file at the top of the source folder except `*.safetensors`, `*.safetensors.index.json`, `quant_config.json` and `*.awq2`.",
+        'A converter writing a model folder SHOULD write the converted weights as `model.awq2`, a `config.json` equal to the source\'s apart from `quantization_config`, which becomes `{"quant_method": "awq_v2", "bits", "group_size", "source_format"}` (numbers when every layer agrees; otherwise sorted lists, with `layer_bits` or `layer_group_sizes` mapping each layer prefix to its value), and byte-identical copies of every other regular file at the top of the source folder except `*.safetensors`, `*.safetensors.index.json`, `quant_config.json` and `*.awq2`.',
         subject="converter",
     ),
     _r(
