@@ -66,7 +66,13 @@ def test_vector_classes_cover_what_the_suite_promises():
     codes = {v.get("error_code") for v in MANIFEST["vectors"]}
     from spec.registry import ERROR_CODES
 
-    reader_codes = {e.code for e in ERROR_CODES if not e.code.startswith(("V1_", "UNSUPPORTED"))}
+    # checkpoint conversion (LegacyError: AWQ v1, compressed-tensors) and optional features
+    # have no AWQ-v2 file to show them
+    reader_codes = {
+        e.code
+        for e in ERROR_CODES
+        if e.error_class != "LegacyError" and not e.code.startswith("UNSUPPORTED")
+    }
     assert reader_codes <= codes, f"error codes without a vector: {reader_codes - codes}"
 
 
