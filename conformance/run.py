@@ -489,20 +489,16 @@ def _private_copy(data: bytes, name: str, folder: Path) -> Path:
 def _damage(path: Path, sha256: str) -> str:
     """What the loader did to its copy (``"changed"``, ``"removed"``...), or ``""`` when the
     copy still holds the vector's bytes."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        f = suite_module.open_file(path)
     except FileNotFoundError:
         return "removed"
+    except suite_module.NotRegularFile:
+        return "replaced by something that is not a regular file"
     except OSError as exc:
         return f"replaced or made unreadable ({exc.strerror})"
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "replaced by something that is not a regular file"
-        digest = hashlib.sha256()
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return "" if digest.hexdigest() == sha256 else "changed"
+    with f:
+        return "" if suite_module.sha256_of(f) == sha256 else "changed"
 
 
 def _clear(folder: Path) -> None:

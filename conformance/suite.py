@@ -18,7 +18,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from conformance import exactjson
 
@@ -157,27 +157,45 @@ def problems(suite: Suite) -> list[str]:
     return found
 
 
+class NotRegularFile(OSError):
+    """A suite's file that is a link, a FIFO, a device or a folder."""
+
+
+def open_file(path: Path) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, neither following a link nor
+    waiting on a FIFO; ``FileNotFoundError``, :class:`NotRegularFile` or ``OSError`` else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise NotRegularFile(f"{path}: not a regular file")
+    return f
+
+
+def sha256_of(f: BinaryIO) -> str:
+    """The hex SHA-256 of the rest of ``f``, read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _problem(path: Path, item: Listed) -> str:
     """Why ``path`` is not the listed file, or ``""``."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags)
+        f = open_file(path)
     except FileNotFoundError:
         return "missing"
+    except NotRegularFile:
+        return "not a regular file"
     except OSError as exc:
         return f"cannot be opened as a regular file ({exc.strerror})"
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not a regular file"
-        size = os.fstat(fd).st_size
+    with f:
+        size = os.fstat(f.fileno()).st_size
         if size != item.size:
             return f"size expected {item.size} bytes, found {size}"
-        digest = hashlib.sha256()
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    if digest.hexdigest() != item.sha256:
-        return f"sha256 expected {item.sha256}, found {digest.hexdigest()}"
-    return ""
+        found = sha256_of(f)
+    return "" if found == item.sha256 else f"sha256 expected {item.sha256}, found {found}"
 
 
 def refusal(found: list[str]) -> str:
