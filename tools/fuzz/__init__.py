@@ -7,7 +7,9 @@ Usage::
                          [--replay N [--out PATH]]
 
 Every vector in ``conformance/manifest.json`` is a seed, and so are two AWQ v1 checkpoints
-(``--only`` keeps one kind; input N then differs, so ``--replay`` needs the same ``--only``).
+and three that the real quantisers wrote (``tests/fixtures/real/``: two compressed-tensors
+``pack-quantized``, one AutoAWQ GEMM), all under ``v1`` (``--only`` keeps one kind; input
+N then differs, so ``--replay`` needs the same ``--only``).
 Each input is one seed with one to four mutations applied, chosen by a ``random.Random``
 seeded with ``"{seed}/{input number}"``, so any input can be rebuilt from its number alone
 (``--replay N`` writes it out: an AWQ-v2 file, or an AWQ v1 checkpoint folder):

@@ -384,7 +384,8 @@ def lay_out(m: Mutant, base: Seed) -> tuple[str, ...]:
 
 
 def v1_seeds() -> list[Seed]:
-    """Two AWQ v1 seeds: a tiny AutoAWQ Llama checkpoint, and dense tensors of every dtype."""
+    """The legacy seeds: a tiny AutoAWQ Llama checkpoint, dense tensors of every dtype, and
+    :func:`real_seeds`."""
     shape = LlamaShape(
         hidden_size=128,
         intermediate_size=256,
@@ -413,7 +414,30 @@ def v1_seeds() -> list[Seed]:
     dense = st_join(header, buffer)
     out = []
     for sid, data, cfg in (("v1_llama", llama, config), ("v1_dense", dense, b"{}")):
-        parsed = st_split(data)
-        names = tuple(k for k in parsed[0] if k != "__metadata__") if parsed else ()
-        out.append(Seed(sid, data, names, 8.0, cfg))
-    return out
+        out.append(_seed(sid, data, cfg))
+    return out + real_seeds()
+
+
+#: Checkpoints the real quantisers wrote (``tests/fixtures/real/``, issue 14): a
+#: compressed-tensors ``pack-quantized`` one of each kind the reader takes (asymmetric with
+#: zero points packed along the output dimension, symmetric without) and AutoAWQ's own GEMM.
+REAL_SEEDS = ("ct_awq_w4a16_asym_g128", "ct_w4a16_sym_g128", "autoawq_gemm_g128")
+REAL = Path(__file__).resolve().parent.parent.parent / "tests" / "fixtures" / "real"
+
+
+def real_seeds() -> list[Seed]:
+    """The :data:`REAL_SEEDS` fixtures: ``model.safetensors`` and ``config.json`` as written."""
+    return [
+        _seed(
+            f"real_{name}",
+            (REAL / name / "model.safetensors").read_bytes(),
+            (REAL / name / CONFIG).read_bytes(),
+        )
+        for name in REAL_SEEDS
+    ]
+
+
+def _seed(sid: str, data: bytes, config: bytes) -> Seed:
+    parsed = st_split(data)
+    names = tuple(k for k in parsed[0] if k != "__metadata__") if parsed else ()
+    return Seed(sid, data, names, 8.0, config)
