@@ -19,9 +19,10 @@ import json
 import os
 import struct
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,9 +30,10 @@ from safetensors import SafetensorError, safe_open
 
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.files import open_regular
+from reference.layers import dequantize_layer
 from reference.metadata import lexical_depth, parse_metadata
 from reference.partial import NAME_MAX
-from reference.rules import element_count, extent_fits
+from reference.rules import TensorInfo, element_count, extent_fits
 from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH
 from spec.registry import DTYPE_BY_NAME
 
@@ -324,3 +326,62 @@ class SafetensorsFiles:
         for handle in self._handles.values():
             handle.__exit__(None, None, None)
         self._handles.clear()
+
+
+_Reader = TypeVar("_Reader", bound="CheckpointReader")
+
+
+class CheckpointReader:
+    """What the AWQ v1 and compressed-tensors readers share of the :class:`reference.Reader`
+    API: the context manager, iteration, entries, :meth:`dequantize`, and validation and
+    verification by their safetensors files (``self._st``).  A subclass sets ``path``,
+    ``_st`` and ``config`` and presents its own names, entries, tensors and layers."""
+
+    path: Path
+    _st: SafetensorsFiles
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def entry(self, name: str) -> TensorInfo:
+        raise NotImplementedError
+
+    def tensor(self, name: str) -> NDArray[Any]:
+        raise NotImplementedError
+
+    def linear(self, prefix: str) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self: _Reader) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._st.close()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def entries(self) -> list[TensorInfo]:
+        """Every entry, in the order of :meth:`names`."""
+        return [self.entry(name) for name in self.names()]
+
+    def view(self, info: TensorInfo) -> NDArray[Any]:
+        """The array of an entry this reader returned (as :meth:`tensor` presents it)."""
+        return self.tensor(info.name)
+
+    def dequantize(self, prefix: str) -> NDArray[np.float32]:
+        """``float32[k, n]``: ``(code - zero) * scale``, exact (no rounding)."""
+        return dequantize_layer(self.linear(prefix))
+
+    def validate(self) -> None:
+        """Configs, shard index, headers and layer shapes are checked on open; this adds
+        safetensors' own check of every shard (contiguous offsets, data to the end)."""
+        self._st.validate()
+
+    def verify(self) -> None:
+        """A legacy checkpoint carries no checksums: every stored tensor is read once."""
+        for name in self._st.names():
+            self._st.tensor(name)

@@ -42,7 +42,6 @@ decoding needs.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,9 +50,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference import codec
-from reference.checkpoint import SafetensorsFiles, StTensor, legacy_error, read_json
+from reference.checkpoint import (
+    CheckpointReader,
+    SafetensorsFiles,
+    StTensor,
+    legacy_error,
+    read_json,
+)
 from reference.errors import FormatError, TensorNotFoundError
-from reference.layers import PARTS, LinearLayer, awq_linear, dequantize_layer, sharded
+from reference.layers import PARTS, LinearLayer, awq_linear, sharded
 from reference.rules import TensorInfo
 
 QUANT_METHOD = "compressed-tensors"
@@ -234,7 +239,7 @@ class Layer:
     zero_point: StTensor | None
 
 
-class CompressedReader:
+class CompressedReader(CheckpointReader):
     """A compressed-tensors ``pack-quantized`` checkpoint, read lazily, with the
     :class:`reference.Reader` API; each layer is presented in the AWQ layouts [CT-1]."""
 
@@ -373,15 +378,6 @@ class CompressedReader:
 
     # ------------------------------------------------------------------ the Reader API
 
-    def __enter__(self) -> CompressedReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._st.close()
-
     def __len__(self) -> int:
         return len(self._presented)
 
@@ -391,15 +387,6 @@ class CompressedReader:
     def names(self) -> list[str]:
         """Presented names in file order (a layer where its first part is stored)."""
         return list(self._presented)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def entries(self) -> list[TensorInfo]:
-        return [self.entry(name) for name in self.names()]
-
-    def view(self, info: TensorInfo) -> NDArray[Any]:
-        return self.tensor(info.name)
 
     def layers(self) -> list[str]:
         """Quantised layer prefixes, in file order."""
@@ -479,20 +466,6 @@ class CompressedReader:
                            bits=BITS, group_size=layer.group.group_size,
                            scale_dtype=layer.scale.dtype)  # fmt: skip
         return sharded(built, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
-
-    def dequantize(self, prefix: str) -> NDArray[np.float32]:
-        """``float32[in, out]``: ``(code - zero) * scale``, exact (no rounding)."""
-        return dequantize_layer(self.linear(prefix))
-
-    def validate(self) -> None:
-        """Config, headers and layer parts are checked on open; this adds safetensors' own
-        check of every shard (contiguous offsets, data to the end)."""
-        self._st.validate()
-
-    def verify(self) -> None:
-        """compressed-tensors carries no checksums: every stored tensor is read once."""
-        for name in self._st.names():
-            self._st.tensor(name)
 
 
 def _part(name: str) -> str:

@@ -17,22 +17,21 @@ repack an engine does at load time today, which AWQ-v2 files make unnecessary.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from numpy.typing import NDArray
 
 from reference.checkpoint import (
+    CheckpointReader,
     SafetensorsFiles,
     is_safetensors,
     read_json,
     read_safetensors_header,
 )
 from reference.errors import FormatError, TensorNotFoundError, error
-from reference.layers import LinearLayer, awq_linear, dequantize_layer, sharded
+from reference.layers import LinearLayer, awq_linear, sharded
 from reference.rules import TensorInfo
 
 __all__ = ["QuantConfig", "V1Reader", "is_safetensors", "quant_config", "read_safetensors_header"]
@@ -112,7 +111,7 @@ def _normalise(q: dict[str, Any]) -> QuantConfig:
     return QuantConfig(bits, group_size, True, version, tuple(skip), q)
 
 
-class V1Reader:
+class V1Reader(CheckpointReader):
     """An AWQ v1 checkpoint, read lazily, with the :class:`reference.Reader` API."""
 
     format_version = "1"
@@ -210,15 +209,6 @@ class V1Reader:
 
     # ------------------------------------------------------------------ the Reader API
 
-    def __enter__(self) -> V1Reader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._st.close()
-
     def __len__(self) -> int:
         return len(self._tensors)
 
@@ -228,17 +218,6 @@ class V1Reader:
     def names(self) -> list[str]:
         """Tensor names in file order (shard by shard, then by offset)."""
         return self._st.names()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def entries(self) -> list[TensorInfo]:
-        """Every entry, in the order of :meth:`names`."""
-        return [self.entry(name) for name in self.names()]
-
-    def view(self, info: TensorInfo) -> NDArray[Any]:
-        """The stored v1 payload of an entry this reader returned."""
-        return self.tensor(info.name)
 
     def layers(self) -> list[str]:
         return [
@@ -292,16 +271,3 @@ class V1Reader:
         layer = awq_linear(prefix, qweight, qzeros, scales, bias, k=k, n=n, bits=q.bits,
                            group_size=q.group_size, scale_dtype=scale_dtype)  # fmt: skip
         return sharded(layer, tp_rank=tp_rank, tp_size=tp_size, parallel=parallel)
-
-    def dequantize(self, prefix: str) -> NDArray[np.float32]:
-        return dequantize_layer(self.linear(prefix))
-
-    def validate(self) -> None:
-        """Configs, shard index, headers and layer shapes are checked on open; this adds
-        safetensors' own check of every shard (contiguous offsets, data to the end)."""
-        self._st.validate()
-
-    def verify(self) -> None:
-        """AWQ v1 carries no checksums: reading every tensor once is all that can be done."""
-        for name in self.names():
-            self.tensor(name)
