@@ -5,10 +5,15 @@ meta:
   title: "AWQ-v2 container for AWQ-quantised LLM weights"
   file-extension: awq2
   license: "Apache-2.0"
-  ks-version: "0.11"
+  ks-version: "0.10"
   endian: le
 doc: |
-  AWQ-v2: a 128-byte header, zero padding to the slab at 0x10000, the slab of payloads (described by the entries, not parsed here), the index region at index_offset and a 32-byte trailer at the end of the file. All integers are little-endian [FILE-3]. Generated from the spec's structures and registries; the normative text is docs/spec/format.md. Checksums (CRC-32C) and the rules between fields are not checked by this description: a reader checks them.
+  AWQ-v2: a 128-byte header, zero padding to the slab at 0x10000, the slab of payloads
+  (described by the entries, not parsed here), the index region at index_offset and a
+  32-byte trailer at the end of the file. All integers are little-endian [FILE-3]. Generated
+  from the spec's structures and registries; the normative text is docs/spec/format.md.
+  Checksums (CRC-32C) and the rules between fields are not checked by this description: a
+  reader checks them.
 seq:
   - id: header
     type: header
@@ -114,7 +119,9 @@ types:
         contents: [137, 65, 87, 81, 69, 78, 68, 10]
         doc: "end signature [TRL-1]"
   index:
-    doc: "The index region: buckets | padding | entries | dims | names | metadata [IDX-2, IDX-3]. Offsets inside it are relative to index_offset."
+    doc: |
+      The index region: buckets | padding | entries | dims | names | metadata [IDX-2, IDX-3].
+      Offsets inside it are relative to index_offset.
     seq:
       - id: buckets
         type: u4
