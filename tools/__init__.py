@@ -11,6 +11,10 @@ They stand at the end of the dependency chain, ``spec`` <- ``reference`` <- ``co
     nothing and exits 1 naming each stale file.
 ``python -m tools.fuzz``
     fuzz the reference reader with mutated vectors.
+``python -m tools.kaitai``
+    compile ``spec/awq2.ksy`` (the Kaitai Struct description, which ``tools.regen`` writes)
+    with the pinned npm compiler and compare its Python parser with the reference on every
+    must-accept vector.
 """
 
 from __future__ import annotations

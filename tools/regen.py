@@ -10,7 +10,9 @@ One command for everything the repository generates, in dependency order:
 3. ``docs/assets/file-map.svg`` (:mod:`tools.sitegen`) and ``docs/conformance/traceability.md``
    (:mod:`tools.traceability`);
 4. the downloadable suite, ``docs/assets/awq2-conformance-<suite_version>.tar.xz`` and its
-   ``.sha256`` (:mod:`tools.suite_archive`); another version's archive is stale.
+   ``.sha256`` (:mod:`tools.suite_archive`); another version's archive is stale;
+5. the Kaitai Struct description ``spec/awq2.ksy`` and its copy for the site,
+   ``docs/assets/awq2.ksy`` (:mod:`tools.kaitai.ksy`).
 
 Then the suite's files are compared with the digest recorded for ``SUITE_VERSION``
 (:mod:`tools.vectors.releases`): a suite that changed without a new version fails ``--check``
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from tools import ROOT, codec_tables, docgen, sitegen, suite_archive, traceability
 from tools.docgen import DocgenError
+from tools.kaitai import ksy
 from tools.sitegen import SitegenError
 from tools.vectors import generate, releases
 
@@ -102,6 +105,7 @@ STEPS: tuple[Callable[[], dict[Path, bytes | None]], ...] = (
     vector_files,
     doc_files,
     archive_files,
+    ksy.files,
 )
 
 
@@ -124,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Regenerate every generated file: the conformance vectors and manifest, "
         "the generated regions of docs/ (spec tables, codec tables, vector catalogue, CLI "
         "reference, walkthrough), docs/assets/file-map.svg, the traceability page and the "
-        "downloadable suite (docs/assets/awq2-conformance-<version>.tar.xz and .sha256); then "
+        "downloadable suite (docs/assets/awq2-conformance-<version>.tar.xz and .sha256) and the "
+        "Kaitai Struct description (spec/awq2.ksy, docs/assets/awq2.ksy); then "
         "check that the suite's files match the digest recorded for its version.",
         epilog="exit status: 0 fresh or rewritten, 1 stale or a changed suite without a new "
         "version (with --check), 2 malformed region",
