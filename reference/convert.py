@@ -65,7 +65,7 @@ from spec.registry import DTYPE_BY_NAME
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
-_WINDOW_PER_JOB = 2
+_WINDOW_PER_JOB = 2  # steps in flight per repacking thread (see _prepared) [CONV-3]
 
 
 @dataclass
