@@ -38,10 +38,12 @@ import os
 import re
 import resource
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,7 @@ from spec.registry import DTYPE_BY_NAME
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+_WINDOW_PER_JOB = 2  # steps in flight per repacking thread (see _prepared) [CONV-3]
 
 
 @dataclass
@@ -118,12 +121,19 @@ def natural_key(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file, read through one 1 MiB buffer (no memory sized by the file)."""
+class _Stopped(Exception):
+    """The hashing was stopped: the conversion gave up and will not ask for the digests."""
+
+
+def sha256_of(path: Path, *, stop: threading.Event | None = None) -> str:
+    """SHA-256 of a file, read through one 1 MiB buffer (no memory sized by the file).
+    ``stop``, once set, ends the reading at the next buffer (raising :class:`_Stopped`)."""
     digest, buffer = hashlib.sha256(), bytearray(1 << 20)
     view = memoryview(buffer)
     with open_regular(path) as f:
         while got := f.readinto(buffer):  # type: ignore[attr-defined]  # a BufferedReader
+            if stop is not None and stop.is_set():
+                raise _Stopped(str(path))
             digest.update(view[:got])
     return digest.hexdigest()
 
@@ -149,20 +159,21 @@ def make_plan(src: Checkpoint, *, hash_sources: bool = True) -> Plan:
         else:
             info = src.entry(name)
             plan.steps.append(Step(name, False, [(name, info.dtype, info.shape)]))
-    plan.metadata = _plan_metadata(src, hash_sources=hash_sources)
+    digests = [sha256_of(f) for f in src.files] if hash_sources else None
+    plan.metadata = plan_metadata(src, digests)
     return plan
 
 
-def _plan_metadata(src: Checkpoint, *, hash_sources: bool) -> dict[str, Any]:
-    """The source's configuration plus provenance, refused here if a reader would refuse it."""
-    # a dry run skips hashing but keeps a same-length placeholder, so its size is exact
+def plan_metadata(src: Checkpoint, digests: Sequence[str] | None) -> dict[str, Any]:
+    """The source's configuration plus provenance, with ``digests`` (each source file's
+    SHA-256, in ``src.files`` order) [META-3]; refused here if a reader would refuse it.
+
+    Without digests (a dry run, or before the hashing has finished) each is a placeholder of
+    the same length, so the metadata's size, and with it the file's, is already exact."""
+    hashes = ["0" * 64] * len(src.files) if digests is None else list(digests)
     files = [
-        {
-            "name": f.name,
-            "size": f.stat().st_size,
-            "sha256": sha256_of(f) if hash_sources else "0" * 64,
-        }
-        for f in src.files
+        {"name": f.name, "size": f.stat().st_size, "sha256": digest}
+        for f, digest in zip(src.files, hashes, strict=True)
     ]
     metadata = {
         **src.metadata,
@@ -217,13 +228,18 @@ def convert(
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     with open_checkpoint(src_path) as src:
-        plan = make_plan(src)
+        plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
         check = _verify_file if verify else None
-        with Writer(dst_path, metadata=plan.metadata, check=check) as writer:
+        with (
+            _source_digests(src, background=jobs > 1) as digests,
+            Writer(dst_path, metadata=plan.metadata, check=check) as writer,
+        ):
             steps = _progress(plan.steps, enabled=progress)
             for stored in _prepared(src, steps, jobs):
                 for tensor in stored:
                     writer.add(tensor.name, tensor.array, **tensor.fields)
+            plan.metadata = plan_metadata(src, digests())  # the same length [META-3]
+            writer.set_metadata(plan.metadata)
     summary = _summary(plan, dst_path)
     summary["verified"] = verify
     summary["jobs"] = jobs
@@ -268,10 +284,31 @@ def convert_folder(
     return summary
 
 
+@contextmanager
+def _source_digests(src: Checkpoint, *, background: bool) -> Iterator[Callable[[], list[str]]]:
+    """The SHA-256 of each source file for the provenance [META-3], as a function that returns
+    them.  With ``background`` they are computed on a thread of their own from the start,
+    overlapping the repacking (hashlib releases the GIL); else when the function is called,
+    on the caller's thread.  Leaving the block early stops the hashing at its next buffer."""
+    if not background:
+        yield lambda: [sha256_of(f) for f in src.files]
+        return
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="convert-sha256") as pool:
+        future = pool.submit(lambda: [sha256_of(f, stop=stop) for f in src.files])
+        try:
+            yield future.result
+        finally:
+            stop.set()  # a no-op once the digests are in
+
+
 def _prepared(src: Checkpoint, steps: Iterable[Step], jobs: int) -> Iterator[list[StoredTensor]]:
     """Each step's tensors, ready to write, in plan order.  With ``jobs > 1`` threads prepare
-    them (NumPy releases the GIL) while at most ``jobs`` steps are in flight: memory is about
-    ``jobs + 1`` layers, whatever the model's size [CONV-3]."""
+    them (NumPy releases the GIL) in a window of ``2 * jobs`` steps: while the caller writes
+    one step, every thread still has a step to work on, and a step slower than the others
+    (the embedding) does not idle them.  Memory is about ``jobs`` layers being repacked plus
+    the finished ones waiting (their Marlin tensors, smaller than a repack's working set),
+    whatever the model's size [CONV-3]."""
     if jobs == 1:
         yield from (_prepare_step(src, step) for step in steps)
         return
@@ -279,9 +316,9 @@ def _prepared(src: Checkpoint, steps: Iterable[Step], jobs: int) -> Iterator[lis
         window: deque[Future[list[StoredTensor]]] = deque()
         try:
             for step in steps:
-                if len(window) >= jobs:
-                    yield window.popleft().result()
                 window.append(pool.submit(_prepare_step, src, step))
+                if len(window) >= _WINDOW_PER_JOB * jobs:
+                    yield window.popleft().result()
             while window:
                 yield window.popleft().result()
         finally:

@@ -267,6 +267,16 @@ class Writer:
         """Forget a half-written payload: the next one overwrites it, then truncate."""
         self._file.truncate(offset)
 
+    # ------------------------------------------------------------------ metadata
+
+    def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:
+        """Replace the metadata given to ``__init__``, checked the same way; for metadata
+        finished while the payloads are written (the converter's source hashes).  It is
+        written in the index, at :meth:`close` [IDX-2], so it may change until then; after
+        close or abort it raises :class:`WriterStateError`."""
+        self._require_open()
+        self._metadata = encode_metadata(metadata)
+
     # ------------------------------------------------------------------ finishing
 
     def close(self) -> Path:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -244,6 +245,48 @@ def test_jobs_do_not_change_a_byte(tmp_path, source):
     a, b = one.read_bytes(), three.read_bytes()
     first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
     assert a == b, f"sizes {len(a)}, {len(b)}; first differing byte at {first}"
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_provenance_hashes_are_each_source_files_sha256(tmp_path, jobs):
+    """META-3, CONV-3: with the hashing on its own thread (jobs > 1) or not, the provenance
+    names each source file with its size and its SHA-256, computed here with hashlib."""
+    src = write_checkpoint(tmp_path / "v1", LlamaShape(num_hidden_layers=4, seed=5), shards=3)
+    dst = tmp_path / "out.awq2"
+    convert(src, dst, jobs=jobs)
+    with reference.open(dst) as r:
+        files = r.metadata["provenance"]["source_files"]
+    expected = {p.name: (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+                for p in src.glob("*.safetensors")}  # fmt: skip
+    assert len(expected) == 3
+    assert {f["name"]: (f["size"], f["sha256"]) for f in files} == expected
+
+
+def test_hashing_stops_when_asked(tmp_path):
+    """A conversion that gives up stops its hashing thread at the next buffer."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(range(256)) * 5000)
+    assert convert_module.sha256_of(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    stop = threading.Event()
+    assert convert_module.sha256_of(path, stop=stop) == convert_module.sha256_of(path)
+    stop.set()
+    with pytest.raises(convert_module._Stopped):
+        convert_module.sha256_of(path, stop=stop)
+
+
+def test_a_failure_leaves_no_hashing_thread(tmp_path, monkeypatch):
+    """CONV-2, CONV-3: a conversion that fails while layers are repacked (jobs > 1, the source
+    hashed on its own thread) returns with no thread of its own still running."""
+    src = write_checkpoint(tmp_path / "v1", LlamaShape(num_hidden_layers=4, seed=5))
+
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(convert_module, "encode_linear", failing)
+    with pytest.raises(OSError, match="injected"):
+        convert(src, tmp_path / "out.awq2", jobs=3)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("convert")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1"]
 
 
 def test_folder_jobs_do_not_change_a_byte(tmp_path):

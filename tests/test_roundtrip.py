@@ -164,6 +164,29 @@ def test_writer_refuses_out_of_order_calls(tmp_path):
     assert not (tmp_path / "t.awq2").exists()
 
 
+def test_set_metadata_before_close_is_what_is_written(tmp_path):
+    """Metadata set after the payloads gives the bytes of a writer that had it from the start
+    (it is written in the index, at close [IDX-2]); metadata ``__init__`` would refuse is
+    refused the same way; after close or abort the call is out of order."""
+    late = {"provenance": {"sha256": "ab" * 32}}
+    with reference.Writer(tmp_path / "late.awq2", metadata={"provenance": "pending"}) as w:
+        w.add("a", np.arange(6, dtype=np.int32))
+        with pytest.raises(ValueError, match="META-5"):
+            w.set_metadata({"name": "\ud800"})  # an unpaired surrogate, as in __init__
+        w.set_metadata(late)
+    with reference.Writer(tmp_path / "early.awq2", metadata=late) as w:
+        w.add("a", np.arange(6, dtype=np.int32))
+    assert (tmp_path / "late.awq2").read_bytes() == (tmp_path / "early.awq2").read_bytes()
+    with reference.open(tmp_path / "late.awq2", validate=True) as r:
+        assert r.metadata == late
+    with pytest.raises(reference.WriterStateError):
+        w.set_metadata(late)
+    aborted = reference.Writer(tmp_path / "aborted.awq2")
+    aborted.abort()
+    with pytest.raises(reference.WriterStateError):
+        aborted.set_metadata(late)
+
+
 @pytest.mark.parametrize(
     ("name", "array", "message"),
     [
