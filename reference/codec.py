@@ -274,9 +274,23 @@ def _pack_words(fields: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
     return out.view(_I32)
 
 
+def _word_bytes(words: NDArray[np.int32]) -> NDArray[np.uint8]:
+    """The bytes of int32 words ``[r, m]`` in file order, ``uint8[r, m, 4]`` (a view on a
+    little-endian machine): byte ``b`` holds fields ``2b`` (low nibble) and ``2b + 1``."""
+    rows, m = words.shape
+    little: NDArray[np.uint32] = words.astype("<u4", copy=False)
+    return little.view(_U8).reshape(rows, m, 4)
+
+
 def _unpack_words(words: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
-    """Little-endian int32 words ``[..., m]`` -> ``fields[..., m, pf]`` (uint8)."""
+    """Little-endian int32 words ``[r, m]`` -> ``fields[r, m, pf]`` (uint8)."""
     pf = 32 // bits
+    if bits == 4:  # two nibbles a byte: two passes over the bytes, no 32-bit temporaries
+        raw = _word_bytes(words)
+        nibbles = np.empty((*raw.shape, 2), dtype=_U8)
+        np.bitwise_and(raw, np.uint8(0x0F), out=nibbles[..., 0])
+        np.right_shift(raw, np.uint8(4), out=nibbles[..., 1])
+        return nibbles.reshape(*words.shape, pf)
     w = words.view(_U32)
     out = np.empty((*w.shape, pf), dtype=_U8)
     mask = np.uint32((1 << bits) - 1)
@@ -310,11 +324,46 @@ def awq_unpack(qweight: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
     pf = pack_factor(bits)
     arr = _check_array("qweight", qweight, 2)
     words = _check_words("qweight", arr, arr.shape)
-    fields = _unpack_words(words, bits)
     rows, m = words.shape
+    if bits == 4:
+        return _awq_unpack4(words)
+    fields = _unpack_words(words, bits)
     out = np.empty((rows, m, pf), dtype=_U8)
     out[:, :, np.asarray(AWQ_ORDER[bits], dtype=np.intp)] = fields
     return out.reshape(rows, m * pf)
+
+
+#: :func:`awq_unpack` for 4 bits, word by word: output columns ``0..3`` and ``4..7`` of a word,
+#: one per byte of a little-endian u32, as ``(shift right, mask)`` pairs over the word (a
+#: negative shift is to the left).  With AWQ_ORDER[4] = (0, 2, 4, 6, 1, 3, 5, 7), column ``c``
+#: is nibble ``AWQ_ORDER[4].index(c)``: columns 0, 1, 2, 3 are nibbles 0, 4, 1, 5 (bits 0, 16,
+#: 4, 20) and go to bits 0, 8, 16, 24; columns 4, 5, 6, 7 are nibbles 2, 6, 3, 7.
+_AWQ4_COLUMNS = (
+    ((0, 0x0000000F), (8, 0x00000F00), (-12, 0x000F0000), (-4, 0x0F000000)),
+    ((8, 0x0000000F), (16, 0x00000F00), (-4, 0x000F0000), (4, 0x0F000000)),
+)
+
+
+def _awq_unpack4(words: NDArray[np.int32]) -> NDArray[np.uint8]:
+    """:func:`awq_unpack` for 4 bits with 32-bit shifts and masks in place (a few passes over
+    the words, no per-field temporaries), each half of the output row a byte per column."""
+    rows, m = words.shape
+    x = words.astype(_U32, copy=False)
+    out = np.empty((rows, m, 2), dtype=_U32)
+    acc = np.empty((rows, m), dtype=_U32)
+    part = np.empty((rows, m), dtype=_U32)
+    for half, pieces in enumerate(_AWQ4_COLUMNS):
+        for i, (shift, mask) in enumerate(pieces):
+            dst = acc if i == 0 else part
+            if shift >= 0:
+                np.right_shift(x, np.uint32(shift), out=dst)
+            else:
+                np.left_shift(x, np.uint32(-shift), out=dst)
+            np.bitwise_and(dst, np.uint32(mask), out=dst)
+            if i:
+                np.bitwise_or(acc, part, out=acc)
+        out[:, :, half] = acc
+    return out.view(_U8).reshape(rows, m * 8)
 
 
 def ct_pack(q: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
