@@ -1,11 +1,14 @@
-"""``python -m reference.dump FILE``: explain an AWQ-v2 file, valid or not.
+"""``python -m reference.dump PATH``: explain what ``reference.open`` opens, valid or not: an
+AWQ-v2 file, or a legacy checkpoint (an AWQ v1 or compressed-tensors folder, or one of its
+safetensors files).
 
 Exit status:
 
-* 0 the file is valid (and, with ``--verify``, every payload checksum matches);
-* 1 the file is not valid: the error code, offset and message are printed;
-* 2 usage error (bad arguments, unknown ``--tensor`` name);
-* 3 the file cannot be read at all (missing, a folder, no permission).
+* 0 the input is valid (and, with ``--verify``, every payload checksum matches; a legacy
+  checkpoint has none, so every tensor is read once instead);
+* 1 the input is not valid: the error code, offset and message are printed;
+* 2 usage error (bad arguments, unknown ``--tensor`` name, ``--hexdump`` of a checkpoint);
+* 3 the input cannot be read at all (missing, no permission, not a regular file).
 
 ``--json`` prints one JSON document with stable keys on stdout instead of text.
 Names are printed with control and format characters escaped (``\\x1b``,
@@ -27,10 +30,12 @@ import numpy as np
 
 from reference.errors import FormatError, TensorNotFoundError
 from reference.files import open_regular
+from reference.legacy import Checkpoint, open_checkpoint
 from reference.reader import Reader
 from reference.source import TensorSource
 from reference.text import escape
 from reference.v1 import is_safetensors
+from spec.constants import MAGIC
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
@@ -202,15 +207,108 @@ def _raw_header(path: str) -> dict[str, Any] | None:
     return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in parsed.items() if k != "_io"}
 
 
+def checkpoint_summary(src: Checkpoint, *, verified: bool) -> dict[str, Any]:
+    """The ``--json`` document of a legacy checkpoint (stable keys), ``"tensors"`` last."""
+    return {
+        "valid": True,
+        "verified": verified,
+        "path": str(src.path),
+        "source_format": src.source_format,
+        "files": [{"name": f.name, "size": f.stat().st_size} for f in src.files],
+        "tensor_count": len(src),
+        "layers": src.layers(),
+        "metadata": src.metadata,
+    }
+
+
+def _is_checkpoint(path: str) -> bool:
+    """What ``reference.open`` reads as a legacy checkpoint: a folder, or a file that starts
+    like safetensors rather than with the AWQ-v2 magic."""
+    if os.path.isdir(path):
+        return True
+    with open_regular(path) as f:
+        head = f.read(len(MAGIC))
+    return head != MAGIC and is_safetensors(Path(path))
+
+
+def _dump_checkpoint(args: argparse.Namespace, out: TextIO) -> int:
+    """Explain an AWQ v1 or compressed-tensors checkpoint: what it is, its files, its
+    configuration and the tensors as ``reference.open`` presents them (AWQ layouts)."""
+    if args.hexdump:
+        print("error: --hexdump shows an AWQ-v2 header and trailer; this is a legacy "
+              "checkpoint", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        with open_checkpoint(args.file) as src:
+            src.validate()
+            if args.verify:
+                src.verify()
+            doc = checkpoint_summary(src, verified=args.verify)
+            rows = (info.to_dict() for info in src.entries())
+            if args.json:
+                write_json(doc, rows, out)
+                print(file=out)
+            else:
+                _print_checkpoint(doc, rows, out)
+            if args.tensor is not None:
+                try:
+                    _tensor_report(src, args.tensor, out)
+                except TensorNotFoundError:
+                    print(f"error: no tensor named {escape(args.tensor)!r}", file=sys.stderr)
+                    return EXIT_USAGE
+    except FormatError as exc:
+        return _report_invalid(args, exc, out)
+    except BrokenPipeError:
+        raise  # stdout closed early (`| head`): the entry point's business, not the input's
+    except OSError as exc:
+        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_IO
+    return EXIT_OK
+
+
+def _print_checkpoint(doc: dict[str, Any], rows: Iterable[dict[str, Any]], out: TextIO) -> None:
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p(f"legacy checkpoint {escape(doc['path'])} (not AWQ-v2)")
+    p(f"  source format    {doc['source_format']}")
+    total = sum(f["size"] for f in doc["files"])
+    p(f"  files            {len(doc['files'])}, {total:,} bytes")
+    for f in doc["files"]:
+        p(f"    {escape(f['name'])}  {f['size']:,} bytes")
+    p(f"  tensors          {doc['tensor_count']} (quantised layers in the AWQ layouts)")
+    p(f"  layers           {len(doc['layers'])}")
+    p("  checksums        none stored" + ("; every tensor read" if doc["verified"] else ""))
+    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True).splitlines()
+    p(f"  configuration    {len(meta)} lines" if doc["metadata"] else "  configuration    none")
+    for line in meta[:40] if doc["metadata"] else []:
+        p(f"    {line}")
+    if len(meta) > 40:
+        p(f"    ... {len(meta) - 40} more lines (use --json)")
+    p("  convert with     python -m reference.convert SRC DST")
+    table = [_legacy_row(r) for r in rows]
+    if table:
+        header = ("bytes", "dtype", "shape", "layout", "name")
+        widths = [max(len(r[i]) for r in [header, *table]) for i in range(4)]
+        p("")
+        for row in [header, *table]:
+            p("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+
+
+def _legacy_row(t: dict[str, Any]) -> tuple[str, ...]:
+    """A table row without the offset (it is within one of several files)."""
+    return _table_row(t)[1:]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m reference.dump",
-        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table. "
-        "The file is fully validated first; an invalid file prints its error code, offset and "
-        "message and exits 1.",
-        epilog="exit status: 0 valid, 1 invalid file, 2 usage error, 3 unreadable file",
+        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table; or a "
+        "legacy checkpoint (AWQ v1 or compressed-tensors folder or safetensors file): its "
+        "format, files, configuration and tensors as reference.open presents them. The input "
+        "is fully validated first; an invalid one prints its error code, offset and message "
+        "and exits 1.",
+        epilog="exit status: 0 valid, 1 invalid input, 2 usage error, 3 unreadable input",
     )
-    parser.add_argument("file", help="the .awq2 file")
+    parser.add_argument("file", help="the .awq2 file, or a checkpoint folder or file")
     parser.add_argument("--json", action="store_true", help="one JSON document with stable keys")
     parser.add_argument("--verify", action="store_true", help="also check every payload checksum")
     parser.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
@@ -221,6 +319,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = out or sys.stdout
+    try:
+        checkpoint = _is_checkpoint(args.file)
+    except OSError as exc:
+        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_IO
+    if checkpoint:
+        return _dump_checkpoint(args, out)
     try:
         reader = Reader(args.file, validate=True)
     except FormatError as exc:
@@ -252,12 +357,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> int:
+    is_file = os.path.isfile(args.file)
     if args.json:
         doc = {
             "valid": False,
             "path": args.file,
             "error": exc.to_dict(),
-            "header": _raw_header(args.file),
+            "header": _raw_header(args.file) if is_file else None,
         }
         json.dump(doc, out, indent=2, ensure_ascii=True, default=str)
         print(file=out)
@@ -272,19 +378,12 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
         print(f"  found    {escape(str(exc.found))}", file=out)
     if exc.requirements:
         print(f"  see      {', '.join(exc.requirements)}", file=out)
-    if exc.code == "BAD_MAGIC" and os.path.isfile(args.file) and is_safetensors(Path(args.file)):
-        print(
-            "  hint     this is a safetensors file (an AWQ v1 or compressed-tensors checkpoint?): "
-            "reference.open() "
-            "reads it, and python -m reference.convert converts it to AWQ-v2",
-            file=out,
-        )
-    raw = _raw_header(args.file)
+    raw = _raw_header(args.file) if is_file else None
     if raw:
         print("  header fields as stored (unvalidated):", file=out)
         for key, value in raw.items():
             print(f"    {key:<16} {value}", file=out)
-    if args.hexdump:
+    if args.hexdump and is_file:
         _hexdumps(args.file, os.path.getsize(args.file), out)
     return EXIT_INVALID
 

@@ -136,12 +136,13 @@ def test_mixed_precision_with_pack_quantized_groups(tmp_path):
         _check_layers(ck, ct, group_size=128)
 
 
-def test_dump_hints_at_the_converter(tmp_path, capsys):
-    """As for AWQ v1: dump explains that a checkpoint file is not AWQ-v2 and how to convert."""
+def test_dump_explains_the_checkpoint_file(tmp_path, capsys):
+    """dump explains what reference.open opens: the checkpoint's safetensors file is a
+    compressed-tensors checkpoint, not an AWQ-v2 file, and says how to convert it."""
     ck = write_ct_checkpoint(tmp_path / "ck")
-    assert dump_main([str(ck.folder / "model.safetensors")]) == 1
+    assert dump_main([str(ck.folder / "model.safetensors")]) == 0
     out = capsys.readouterr().out
-    assert "BAD_MAGIC" in out and "compressed-tensors" in out and "reference.convert" in out
+    assert "not AWQ-v2" in out and "compressed-tensors" in out and "reference.convert" in out
 
 
 def test_dry_run_plans_the_layers(tmp_path, capsys):

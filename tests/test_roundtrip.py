@@ -243,14 +243,16 @@ def test_missing_name_is_a_key_error(sample_file):
         assert "absent" not in reader and "scalar" in reader
 
 
-def test_dump_hints_at_conversion_for_a_safetensors_file(tmp_path, capsys):
+def test_dump_explains_a_safetensors_file_and_hints_at_conversion(tmp_path, capsys):
+    """reference.open reads a plain safetensors file as a checkpoint of dense tensors [V1-1];
+    dump explains it as such, not as a broken AWQ-v2 file."""
     from safetensors.numpy import save_file
 
     path = tmp_path / "model.safetensors"
     save_file({"w": np.zeros(3, np.float16)}, str(path))
-    assert dump_main([str(path)]) == 1
+    assert dump_main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "BAD_MAGIC" in out and "reference.convert" in out
+    assert "not AWQ-v2" in out and "reference.convert" in out and "BAD_MAGIC" not in out
 
 
 def test_tensors_and_read_into_give_the_stored_payloads(sample_file):
