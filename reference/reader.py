@@ -147,9 +147,10 @@ class Reader:
     def read_into(self, tensor: str | TensorInfo, out: Any) -> NDArray[Any]:
         """Read one payload into a caller's buffer (preallocated, pinned...) with positioned
         reads instead of the memory map, and return ``out``'s first ``length`` bytes viewed
-        with the tensor's dtype and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
-        reader returned (from ``entries()``), which skips the lookup.  A file truncated
-        meanwhile raises ``TRUNCATED`` here, where a mapped view would fault (SIGBUS)."""
+        with the tensor's NumPy type (:mod:`reference.dtypes`) and shape.  ``tensor`` is a
+        name, or a ``TensorInfo`` this reader returned (from ``entries()``), which skips the
+        lookup.  A file truncated meanwhile raises ``TRUNCATED`` here, where a mapped view
+        would fault (SIGBUS)."""
         info = tensor if isinstance(tensor, TensorInfo) else self.entry(tensor)
         target = memoryview(out).cast("B")
         if len(target) < info.length:
