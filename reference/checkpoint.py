@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 from safetensors import SafetensorError, safe_open
 
+from reference.dtypes import numpy_dtype
 from reference.errors import FormatError, TensorNotFoundError, error
 from reference.files import open_regular
 from reference.layers import dequantize_layer
@@ -45,9 +46,9 @@ _ST_DTYPES = {
 #: safetensors' own cap on its JSON header (``MAX_HEADER_SIZE`` in safetensors/src/tensor.rs).
 MAX_ST_HEADER = 100_000_000
 _ST_ITEMSIZE = {name: DTYPE_BY_NAME[name].itemsize for name in _ST_DTYPES}
-#: Read raw (as the registry's NumPy type), not through safetensors' NumPy backend, which
-#: has no bfloat16 or float8 type.
-_RAW_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
+#: Read as their ``ml_dtypes`` type (:mod:`reference.dtypes`), not through safetensors' NumPy
+#: backend, which has no bfloat16 or float8 type.
+_ML_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 
 
 @dataclass(frozen=True)
@@ -282,13 +283,15 @@ class SafetensorsFiles:
         return [t.name for t in sorted(self.tensors.values(), key=lambda t: (t.file, t.offset))]
 
     def tensor(self, name: str) -> NDArray[Any]:
-        """The stored payload (read through safetensors; BF16 as raw uint16 bits)."""
+        """The stored payload (read through safetensors; BF16 and FP8 as ``ml_dtypes`` arrays)."""
         t = self.tensors.get(name)
         if t is None:
             raise TensorNotFoundError(name)
-        if t.dtype in _RAW_DTYPES:
-            d = DTYPE_BY_NAME[t.dtype]
-            raw = np.fromfile(t.file, dtype=d.numpy, count=t.length // d.itemsize, offset=t.offset)
+        if t.dtype in _ML_DTYPES:
+            dtype = numpy_dtype(t.dtype)
+            raw = np.fromfile(
+                t.file, dtype=dtype, count=t.length // dtype.itemsize, offset=t.offset
+            )
             return raw.reshape(t.shape)
         handle = self._handle(t.file)
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from numpy.typing import NDArray
 
 from reference.errors import FormatError, TensorNotFoundError
 from reference.files import open_regular
@@ -166,19 +167,29 @@ def _tensor_report(source: TensorSource, name: str, out: TextIO) -> None:
     info = source.entry(name)
     array = source.view(info)
     print(f"tensor {escape(name)}: {json.dumps(info.to_dict(), ensure_ascii=True)}", file=out)
-    if info.dtype == "BF16":
-        values = (array.astype(np.uint32) << 16).view(np.float32)
-    else:
-        values = array
-    if values.size and values.dtype.kind in "biuf":
-        as_float = values.astype(np.float64)
-        print(
-            f"  min {as_float.min():.6g}  max {as_float.max():.6g}  "
-            f"mean {as_float.mean():.6g}  std {as_float.std():.6g}  elements {values.size}",
-            file=out,
-        )
+    if array.size and (array.dtype.kind in "biuf" or info.dtype in _ML_FLOATS):
+        print(f"  {_statistics(array.astype(np.float64))}  elements {array.size}", file=out)
     with np.printoptions(threshold=64, edgeitems=4, linewidth=100):
-        print(f"  values:\n{values!r}", file=out)
+        print(f"  values:\n{array!r}", file=out)
+
+
+#: Registry dtypes that reach NumPy as ``ml_dtypes`` floats (NumPy kind ``V``).
+_ML_FLOATS = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
+
+
+def _statistics(values: NDArray[np.float64]) -> str:
+    """``min .. max .. mean .. std`` of the values that are not NaN, and how many are NaN
+    (any float tensor may hold some), without NumPy's warnings about NaN or infinities."""
+    nan = np.isnan(values)
+    rest = values[~nan] if nan.any() else values
+    if not rest.size:
+        return f"all {values.size} values NaN"
+    with np.errstate(invalid="ignore", over="ignore"):  # infinities: mean inf, std nan
+        stats = (
+            f"min {rest.min():.6g}  max {rest.max():.6g}  "
+            f"mean {rest.mean():.6g}  std {rest.std():.6g}"
+        )
+    return f"{stats}  NaN {int(nan.sum())}" if nan.any() else stats
 
 
 def _hexdumps(path: str, size: int, out: TextIO) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference import rules
+from reference.dtypes import numpy_dtype
 from reference.errors import checksum_mismatch, field_error, over_limit
 from reference.metadata import parse_metadata
 from spec.algorithms import bucket_bits_for, bucket_of, crc32c, fnv1a_64
@@ -47,7 +48,7 @@ from spec.geometry import (
     entry_checksum,
     geometry_of,
 )
-from spec.registry import DTYPE_BY_NAME, KNOWN_REQUIRED_FLAGS
+from spec.registry import KNOWN_REQUIRED_FLAGS
 from spec.schema import (
     ENTRY_CRC_OFFSET,
     ENTRY_DTYPE,
@@ -434,8 +435,9 @@ class Index:
     # ------------------------------------------------------------------ payloads, metadata
 
     def view(self, info: rules.TensorInfo) -> NDArray[Any]:
-        """Zero-copy, read-only array of a checked entry's payload (BF16 and FP8 as raw bits)."""
-        dtype = np.dtype(DTYPE_BY_NAME[info.dtype].numpy)
+        """Zero-copy, read-only array of a checked entry's payload, of the NumPy type
+        :mod:`reference.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8)."""
+        dtype = numpy_dtype(info.dtype)
         return _array(self.data, dtype, info.length // dtype.itemsize, info.offset).reshape(
             info.shape
         )

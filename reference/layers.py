@@ -32,7 +32,8 @@ class LinearLayer:
     ``layout`` is ``"MARLIN"`` (the arrays are what vLLM's Marlin kernels take, no repack)
     or ``"AWQ"`` (AutoAWQ v1 packing, for layers outside Marlin's shape rules).
     ``k`` and ``n`` are the shard's when ``tp_size > 1``.  ``scale_dtype`` is the stored
-    dtype name (``"F16"``, ``"BF16"`` as raw uint16 bits, or ``"F32"``), never converted.
+    dtype name (``"F16"``, ``"BF16"`` or ``"F32"``), never converted: read from a file, BF16
+    scales are an ``ml_dtypes.bfloat16`` array (raw bits: ``scales.view(np.uint16)``).
     """
 
     prefix: str
@@ -80,8 +81,9 @@ def encode_linear(
     (``qweight``, ``qzeros``), with its ``scales`` and optional ``bias``; and the layout
     family chosen, ``"MARLIN"`` or ``"AWQ"`` [LAY-8].  ``Writer.add_linear`` adds them.
 
-    ``scale_dtype="BF16"`` marks a ``uint16`` scales array holding bfloat16 bits, and
-    ``bias_dtype="BF16"`` a ``uint16`` bias; the bias is F16, BF16 or F32 [LAY-10].
+    Scales and bias are ``float16``, ``float32`` or ``ml_dtypes.bfloat16`` arrays, their dtype
+    inferred; ``scale_dtype="BF16"`` (``bias_dtype="BF16"``) also takes a ``uint16`` array
+    holding bfloat16 bits.  The bias is F16, BF16 or F32 [LAY-10].
     """
     if (q is None) == (qweight is None) or (z is None) == (qzeros is None):
         raise ValueError("give either codes (q, z) or AWQ v1 tensors (qweight, qzeros)")
@@ -125,7 +127,7 @@ def _scale_dtype_name(scales: NDArray[Any], what: str = "scales") -> str:
     if scales.dtype.name not in names:
         rule = "LAY-6" if what == "scales" else "LAY-10"
         raise ValueError(
-            f"{what} must be float16, float32 or bfloat16 (as BF16 bits), "
+            f"{what} must be float16, float32 or bfloat16 (or uint16 BF16 bits with dtype BF16), "
             f"got {scales.dtype} [{rule}]"
         )
     return names[scales.dtype.name]
@@ -319,11 +321,13 @@ def unpack(layer: LinearLayer) -> tuple[NDArray[np.uint8], NDArray[np.uint8], ND
 
 
 def dequantize_layer(layer: LinearLayer) -> NDArray[np.float32]:
-    """``float32[k, n]`` weights of a layer: ``(q - z) * s`` per group.  BF16 scales are
-    widened exactly (their 16 bits are the top half of a float32)."""
+    """``float32[k, n]`` weights of a layer: ``(q - z) * s`` per group, exact.  BF16 scales
+    (an ``ml_dtypes.bfloat16`` array, or ``uint16`` bits) are widened exactly: their 16 bits
+    are the top half of a float32."""
     q, z, s = unpack(layer)
     if layer.scale_dtype == "BF16":
-        s = (np.asarray(s, dtype=np.uint32) << np.uint32(16)).view(np.float32)
+        bits = np.asarray(s).view(np.uint16).astype(np.uint32)
+        s = (bits << np.uint32(16)).view(np.float32)
     return codec.dequantize(q, z, s, layer.group_size)
 
 

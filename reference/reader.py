@@ -7,7 +7,8 @@ Two levels of checking [RD-1, RD-2]:
 * :meth:`Reader.validate` (or ``open(path, validate=True)``) checks the whole
   file in the order RD-2 fixes; :meth:`Reader.verify` adds every payload checksum.
 
-Views are zero-copy NumPy arrays of the mapped payload bytes.  The index is read
+Views are zero-copy NumPy arrays of the mapped payload bytes, of the types
+:mod:`reference.dtypes` names (``ml_dtypes`` ones for BF16 and FP8).  The index is read
 through a NumPy structured dtype derived from the construct schema
 (:data:`spec.schema.ENTRY_DTYPE`), never parsed entry by entry up front.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference.checkpoint import is_safetensors
+from reference.dtypes import numpy_dtype
 from reference.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
 from reference.files import open_regular
 from reference.index import Index
@@ -35,7 +37,6 @@ from reference.rules import TensorInfo
 from reference.validate import validate_index
 from spec.algorithms import crc32c
 from spec.constants import ALIGNMENT, MAGIC
-from spec.registry import DTYPE_BY_NAME
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 #: read_many_into: the most bytes and buffers one positioned read takes.
@@ -109,7 +110,9 @@ class Reader:
         return self._index.info(rec)
 
     def tensor(self, name: str) -> NDArray[Any]:
-        """Zero-copy, read-only view of the stored payload (BF16 and FP8 as raw integers)."""
+        """Zero-copy, read-only view of the stored payload.  BF16, F8_E4M3 and F8_E5M2 come as
+        ``ml_dtypes`` arrays (``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``); their raw
+        bits are ``.view(np.uint16)`` / ``.view(np.uint8)`` of it, also zero-copy."""
         return self._index.view(self.entry(name))
 
     def view(self, info: TensorInfo) -> NDArray[Any]:
@@ -144,9 +147,10 @@ class Reader:
     def read_into(self, tensor: str | TensorInfo, out: Any) -> NDArray[Any]:
         """Read one payload into a caller's buffer (preallocated, pinned...) with positioned
         reads instead of the memory map, and return ``out``'s first ``length`` bytes viewed
-        with the tensor's dtype and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
-        reader returned (from ``entries()``), which skips the lookup.  A file truncated
-        meanwhile raises ``TRUNCATED`` here, where a mapped view would fault (SIGBUS)."""
+        with the tensor's NumPy type (:mod:`reference.dtypes`) and shape.  ``tensor`` is a
+        name, or a ``TensorInfo`` this reader returned (from ``entries()``), which skips the
+        lookup.  A file truncated meanwhile raises ``TRUNCATED`` here, where a mapped view
+        would fault (SIGBUS)."""
         info = tensor if isinstance(tensor, TensorInfo) else self.entry(tensor)
         target = memoryview(out).cast("B")
         if len(target) < info.length:
@@ -162,7 +166,7 @@ class Reader:
                 at, end = info.offset + done, info.offset + info.length
                 raise field_error("TRUNCATED", message, at, end, at)
             done += got
-        dtype = np.dtype(DTYPE_BY_NAME[info.dtype].numpy)
+        dtype = numpy_dtype(info.dtype)
         return np.frombuffer(target[: info.length], dtype).reshape(info.shape)
 
     def read_many_into(self, items: Iterable[tuple[str | TensorInfo, Any]]) -> list[NDArray[Any]]:
@@ -204,7 +208,7 @@ class Reader:
             if run:
                 self._preadv_exact(run, run_start)
         return [
-            np.frombuffer(target, np.dtype(DTYPE_BY_NAME[info.dtype].numpy)).reshape(info.shape)
+            np.frombuffer(target, numpy_dtype(info.dtype)).reshape(info.shape)
             for info, target in jobs
         ]
 

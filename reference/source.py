@@ -41,7 +41,8 @@ class TensorSource(Protocol):
         ...
 
     def tensor(self, name: str) -> NDArray[Any]:
-        """The stored array of ``name`` (zero-copy where the source can)."""
+        """The stored array of ``name`` (zero-copy where the source can), of the NumPy type
+        :mod:`reference.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8) [DT-1]."""
         ...
 
     def view(self, info: TensorInfo) -> NDArray[Any]:

@@ -238,7 +238,8 @@ class V1Reader(CheckpointReader):
         return TensorInfo(name, t.dtype, t.shape, layout, t.offset, t.length, 0, *fields)
 
     def tensor(self, name: str) -> NDArray[Any]:
-        """The stored v1 payload (read through safetensors; BF16 as raw uint16 bits)."""
+        """The stored v1 payload (read through safetensors; BF16 and FP8 as ``ml_dtypes`` arrays,
+        whose raw bits are ``.view(np.uint16)`` / ``.view(np.uint8)``)."""
         return self._st.tensor(name)
 
     @property

@@ -138,8 +138,10 @@ class Writer:
         k: int = 0,
         n: int = 0,
     ) -> rules.TensorInfo:
-        """Append one tensor.  ``dtype`` overrides the registry type of a same-size array
-        (``dtype="BF16"`` for a ``uint16`` array holding bfloat16 bits)."""
+        """Append one tensor, its dtype inferred from the array's (``ml_dtypes.bfloat16`` is
+        BF16, ``float8_e4m3fn`` F8_E4M3, ``float8_e5m2`` F8_E5M2 [DT-1]).  ``dtype`` overrides
+        the registry type of a same-size array (``dtype="BF16"`` for a ``uint16`` array
+        holding bfloat16 bits)."""
         arr = np.asarray(array)
         natural = dtype_name_of(arr)
         dtype_name = dtype or natural

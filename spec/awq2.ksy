@@ -263,7 +263,7 @@ enums:
       doc: "IEEE 754 binary16"
     11:
       id: bf16
-      doc: "bfloat16; NumPy has none, so readers expose the raw 16 bits"
+      doc: "bfloat16: the top 16 bits of an IEEE 754 binary32"
     12:
       id: f32
       doc: "IEEE 754 binary32"
@@ -272,10 +272,10 @@ enums:
       doc: "IEEE 754 binary64"
     14:
       id: f8_e4m3
-      doc: "OCP FP8 E4M3FN, exposed as raw bytes"
+      doc: "OCP FP8 E4M3FN: bias 7, no infinities, NaN S.1111.111"
     15:
       id: f8_e5m2
-      doc: "OCP FP8 E5M2, exposed as raw bytes"
+      doc: "OCP FP8 E5M2: bias 15, IEEE-like infinities and NaNs"
   layout:
     0:
       id: dense

@@ -19,7 +19,11 @@ class DType:
     code: int  #: the u8 stored in an entry's ``dtype`` field
     name: str  #: the name used by the API, the dump tool and the manifest
     itemsize: int  #: bytes per element
-    numpy: str  #: little-endian NumPy dtype of the view a reader returns
+    #: NumPy dtype of the array a reader returns: a little-endian NumPy type, or for the
+    #: types NumPy lacks the name that ``ml_dtypes`` registers with NumPy on import
+    #: (``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2``); their raw bits are the unsigned
+    #: integer of the same item size (``array.view(np.uint16)`` for BF16).
+    numpy: str
     meaning: str
 
 
@@ -34,11 +38,13 @@ DTYPES: tuple[DType, ...] = (
     DType(8, "U64", 8, "<u8", "unsigned 64-bit integer"),
     DType(9, "I64", 8, "<i8", "signed 64-bit integer"),
     DType(10, "F16", 2, "<f2", "IEEE 754 binary16"),
-    DType(11, "BF16", 2, "<u2", "bfloat16; NumPy has none, so readers expose the raw 16 bits"),
+    DType(11, "BF16", 2, "bfloat16", "bfloat16: the top 16 bits of an IEEE 754 binary32"),
     DType(12, "F32", 4, "<f4", "IEEE 754 binary32"),
     DType(13, "F64", 8, "<f8", "IEEE 754 binary64"),
-    DType(14, "F8_E4M3", 1, "|u1", "OCP FP8 E4M3FN, exposed as raw bytes"),
-    DType(15, "F8_E5M2", 1, "|u1", "OCP FP8 E5M2, exposed as raw bytes"),
+    DType(
+        14, "F8_E4M3", 1, "float8_e4m3fn", "OCP FP8 E4M3FN: bias 7, no infinities, NaN S.1111.111"
+    ),
+    DType(15, "F8_E5M2", 1, "float8_e5m2", "OCP FP8 E5M2: bias 15, IEEE-like infinities and NaNs"),
 )
 DTYPE_BY_CODE = {d.code: d for d in DTYPES}
 DTYPE_BY_NAME = {d.name: d for d in DTYPES}

@@ -18,7 +18,7 @@ class Requirement:
     #: what the statement constrains: "file" and "reader" statements are checked by
     #: conformance vectors; "writer", "converter" and "spec" ones by the test suite, and so
     #: are "runtime" ones (what a reader does while the open file changes under it, which a
-    #: static vector cannot show), and "adapter" ones (how a loader reports what it read to the
+    #: static vector cannot show, and how it presents the values it read to its caller), and "adapter" ones (how a loader reports what it read to the
     #: conformance runner, docs/conformance/index.md).
     subject: str = "file"
 
@@ -565,6 +565,17 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "it, and MUST report the code of the first check that fails; a vector's check level "
         "names the level that catches it.",
         subject="reader",
+    ),
+    # ---- presenting what was read
+    _r(
+        "DT-1",
+        "MUST",
+        "A reader MUST give its caller the stored bits of a BF16, F8_E4M3 or F8_E5M2 payload "
+        "unchanged on request (for example as unsigned integers of the same size), and SHOULD "
+        "present such a payload as an array of that format where its language has one (in "
+        "NumPy, `ml_dtypes`' `bfloat16`, `float8_e4m3fn` and `float8_e5m2`): the stored bytes "
+        "reinterpreted, never rounded or converted.",
+        subject="runtime",
     ),
     # ---- writing
     _r(

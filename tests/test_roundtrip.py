@@ -59,12 +59,15 @@ def test_large_tensor_and_non_contiguous_and_big_endian_input(tmp_path):
 
 
 def test_bf16_is_stored_as_raw_bits_with_its_dtype(tmp_path):
+    """DT-1: bits written with dtype="BF16" come back as bfloat16 values, bits underneath."""
     bits = np.array([0x3F80, 0x4000, 0xC040], dtype=np.uint16)  # 1.0, 2.0, -3.0
     with reference.Writer(tmp_path / "bf.awq2") as w:
         w.add("b", bits, dtype="BF16")
     with reference.open(tmp_path / "bf.awq2", validate=True) as reader:
         assert reader.entry("b").dtype == "BF16"
-        np.testing.assert_array_equal(reader.tensor("b"), bits)
+        assert reader.tensor("b").dtype.name == "bfloat16"
+        np.testing.assert_array_equal(reader.tensor("b").astype(np.float32), [1.0, 2.0, -3.0])
+        np.testing.assert_array_equal(reader.tensor("b").view(np.uint16), bits)
 
 
 def test_placement_alignment_and_zero_gaps(sample_file):

@@ -50,7 +50,7 @@ from spec import schema
 from spec.algorithms import FNV64_OFFSET_BASIS, FNV64_PRIME, bucket_of, fnv1a_64
 from spec.constants import INDEX_SECTION_ALIGN, LIMITS
 from spec.geometry import index_geometry
-from spec.registry import DTYPES, ERROR_CODES, FLAGS, LAYOUTS
+from spec.registry import DTYPES, ERROR_CODES, FLAGS, LAYOUTS, DType
 from spec.requirements import REQUIREMENT_BY_ID, REQUIREMENTS, Requirement
 from tools import DOCS, ROOT
 
@@ -144,8 +144,19 @@ def power_of_two(value: int) -> str:
 
 
 def numpy_name(dtype: str) -> str:
-    """``uint16`` for ``<u2``: the NumPy type name, without a ``|`` that would split a cell."""
-    return f"`{np.dtype(dtype).name}`"
+    """``uint16`` for ``<u2``, ``ml_dtypes.bfloat16`` for ``bfloat16``: the NumPy type name,
+    without a ``|`` that would split a cell, read from the registry's string (tools/ does not
+    need ``ml_dtypes`` to render it)."""
+    if dtype[0] in "<>|=":
+        return f"`{np.dtype(dtype).name}`"
+    return f"`ml_dtypes.{dtype}`"
+
+
+def raw_bits_name(d: DType) -> str:
+    """How to get the stored bits of a type NumPy lacks: ``.view(np.uint16)``; else a dash."""
+    if d.numpy[0] in "<>|=":
+        return "-"
+    return f"`.view(np.uint{8 * d.itemsize})`"
 
 
 def requirement_prefix(rid: str) -> str:
@@ -218,8 +229,11 @@ def render_index_sections(arg: str | None, page: Path) -> list[str]:
 
 def render_dtypes(arg: str | None, page: Path) -> list[str]:
     _no_arg("dtypes", arg)
-    rows = [(d.code, f"`{d.name}`", d.itemsize, numpy_name(d.numpy), d.meaning) for d in DTYPES]
-    return table(("code", "name", "item size", "NumPy view", "meaning"), rows)
+    rows = [
+        (d.code, f"`{d.name}`", d.itemsize, numpy_name(d.numpy), raw_bits_name(d), d.meaning)
+        for d in DTYPES
+    ]
+    return table(("code", "name", "item size", "NumPy", "raw bits", "meaning"), rows)
 
 
 def render_layouts(arg: str | None, page: Path) -> list[str]:

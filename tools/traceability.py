@@ -4,8 +4,8 @@ Writes ``docs/conformance/traceability.md`` from the manifest and from the
 requirement ids that test functions cite (``tests/test_*.py``).  Every MUST
 requirement about files or readers must have at least one vector; writer,
 converter, spec and runtime requirements (a reader facing a file that changes while
-open) must be cited by at least one test.  ``python -m tools.regen`` writes (or checks) this page
-with every other generated file.
+open, or presenting what it read) must be cited by at least one test.
+``python -m tools.regen`` writes (or checks) this page with every other generated file.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def render(manifest: dict) -> str:
         "Every requirement of the specification, the conformance vectors that exercise it, and the",
         "test files that cite it. Requirements about files and readers are covered by vectors;",
         "requirements about writers, converters and the spec, and runtime requirements (a reader",
-        "facing a file that changes while it is open), by the test suite.",
+        "facing a file that changes while it is open, or presenting what it read), by the test",
+        "suite.",
         "",
         "| requirement | level | subject | vectors | tests |",
         "|---|---|---|---|---|",

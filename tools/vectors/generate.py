@@ -34,6 +34,7 @@ import numpy as np
 
 import reference
 from conformance import exactjson
+from reference.dtypes import numpy_dtype
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
 from spec.constants import MAX_NAME_LENGTH, VERSION_MAJOR, VERSION_MINOR
 from spec.registry import DTYPES
@@ -298,7 +299,7 @@ def _all_dtypes() -> Content:
     dense: list[tuple[str, np.ndarray, str | None]] = []
     for d in DTYPES:
         raw = rng.integers(0, 256, 6 * d.itemsize, dtype=np.uint8)
-        array = raw.view(np.dtype(d.numpy)).reshape(2, 3)
+        array = raw.view(numpy_dtype(d.name)).reshape(2, 3)  # BF16, FP8: ml_dtypes arrays
         if d.name == "BOOL":
             array = (raw[:6] & 1).astype(bool).reshape(2, 3)
         dense.append((f"dtype.{d.name}", array, d.name))
