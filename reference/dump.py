@@ -192,6 +192,21 @@ def _statistics(values: NDArray[np.float64]) -> str:
     return f"{stats}  NaN {int(nan.sum())}" if nan.any() else stats
 
 
+def _unreadable(path: str, exc: OSError) -> int:
+    print(f"error: cannot read {escape(path)}: {exc.strerror or exc}", file=sys.stderr)
+    return EXIT_IO
+
+
+def _report_tensor(source: TensorSource, name: str, out: TextIO) -> int:
+    """``--tensor NAME``: its report, or a usage error when the source has no such tensor."""
+    try:
+        _tensor_report(source, name, out)
+    except TensorNotFoundError:
+        print(f"error: no tensor named {escape(name)!r}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
 def _hexdumps(path: str, size: int, out: TextIO) -> None:
     with open_regular(path) as f:
         head = f.read(HEADER_SIZE)
@@ -262,18 +277,14 @@ def _dump_checkpoint(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 _print_checkpoint(doc, rows, out)
             if args.tensor is not None:
-                try:
-                    _tensor_report(src, args.tensor, out)
-                except TensorNotFoundError:
-                    print(f"error: no tensor named {escape(args.tensor)!r}", file=sys.stderr)
+                if _report_tensor(src, args.tensor, out) != EXIT_OK:
                     return EXIT_USAGE
     except FormatError as exc:
         return _report_invalid(args, exc, out)
     except BrokenPipeError:
         raise  # stdout closed early (`| head`): the entry point's business, not the input's
     except OSError as exc:
-        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_IO
+        return _unreadable(args.file, exc)
     return EXIT_OK
 
 
@@ -333,8 +344,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         checkpoint = _is_checkpoint(args.file)
     except OSError as exc:
-        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_IO
+        return _unreadable(args.file, exc)
     if checkpoint:
         return _dump_checkpoint(args, out)
     try:
@@ -342,8 +352,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except FormatError as exc:
         return _report_invalid(args, exc, out)
     except OSError as exc:
-        print(f"error: cannot read {escape(args.file)}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_IO
+        return _unreadable(args.file, exc)
     with reader:
         try:
             if args.verify:
@@ -359,10 +368,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         if args.hexdump and not args.json:
             _hexdumps(args.file, reader.file_size, out)
         if args.tensor is not None:
-            try:
-                _tensor_report(reader, args.tensor, out)
-            except TensorNotFoundError:
-                print(f"error: no tensor named {escape(args.tensor)!r}", file=sys.stderr)
+            if _report_tensor(reader, args.tensor, out) != EXIT_OK:
                 return EXIT_USAGE
     return EXIT_OK
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from reference.examples import LlamaShape, write_checkpoint
 from spec.registry import DTYPES
+from tools.fixtures.real_checkpoints import FIXTURES
 from tools.fuzz import jsontext
 from tools.fuzz.jsontext import CONFIG, INDEX, JSON_FILES, QUANT_CONFIG
 from tools.fuzz.mutant import Mutant, Seed, bitflip, extend, overwrite, truncate
@@ -422,7 +423,6 @@ def v1_seeds() -> list[Seed]:
 #: compressed-tensors ``pack-quantized`` one of each kind the reader takes (asymmetric with
 #: zero points packed along the output dimension, symmetric without) and AutoAWQ's own GEMM.
 REAL_SEEDS = ("ct_awq_w4a16_asym_g128", "ct_w4a16_sym_g128", "autoawq_gemm_g128")
-REAL = Path(__file__).resolve().parent.parent.parent / "tests" / "fixtures" / "real"
 
 
 def real_seeds() -> list[Seed]:
@@ -430,8 +430,8 @@ def real_seeds() -> list[Seed]:
     return [
         _seed(
             f"real_{name}",
-            (REAL / name / "model.safetensors").read_bytes(),
-            (REAL / name / CONFIG).read_bytes(),
+            (FIXTURES / name / "model.safetensors").read_bytes(),
+            (FIXTURES / name / CONFIG).read_bytes(),
         )
         for name in REAL_SEEDS
     ]
