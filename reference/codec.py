@@ -43,6 +43,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from reference import scratch
 from spec import marlin
 from spec.marlin import (
     AWQ_ORDER,
@@ -316,21 +317,27 @@ def awq_pack(q: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
     return _pack_words(fields, bits)
 
 
-def awq_unpack(qweight: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
+def awq_unpack(
+    qweight: NDArray[np.int32], bits: int, *, out: NDArray[np.uint8] | None = None
+) -> NDArray[np.uint8]:
     """Inverse of :func:`awq_pack`: ``int32[k, n // pf]`` -> ``uint8[k, n]``.
 
+    ``out``, if given, is a C-contiguous ``uint8[k, n]`` to write into and is returned.
     Raises CodecError: ``bits in {4, 8}``, ``dtype``, ``shape``.
     """
     pf = pack_factor(bits)
     arr = _check_array("qweight", qweight, 2)
     words = _check_words("qweight", arr, arr.shape)
     rows, m = words.shape
+    shape = (rows, m * pf)
+    dst = np.empty(shape, dtype=_U8) if out is None else _check_out(out, shape, _U8)
     if bits == 4:
-        return _awq_unpack4(words)
-    fields = _unpack_words(words, bits)
-    out = np.empty((rows, m, pf), dtype=_U8)
-    out[:, :, np.asarray(AWQ_ORDER[bits], dtype=np.intp)] = fields
-    return out.reshape(rows, m * pf)
+        _awq_unpack4(words, dst)
+        return dst
+    dst.reshape(rows, m, pf)[:, :, np.asarray(AWQ_ORDER[bits], dtype=np.intp)] = _unpack_words(
+        words, bits
+    )
+    return dst
 
 
 #: :func:`awq_unpack` for 4 bits, word by word: output columns ``0..3`` and ``4..7`` of a word,
@@ -344,14 +351,15 @@ _AWQ4_COLUMNS = (
 )
 
 
-def _awq_unpack4(words: NDArray[np.int32]) -> NDArray[np.uint8]:
-    """:func:`awq_unpack` for 4 bits with 32-bit shifts and masks in place (a few passes over
-    the words, no per-field temporaries), each half of the output row a byte per column."""
+def _awq_unpack4(words: NDArray[np.int32], dst: NDArray[np.uint8]) -> None:
+    """:func:`awq_unpack` for 4 bits into ``dst`` (``uint8[rows, 8 * m]``), with 32-bit shifts
+    and masks in place (a few passes over the words, no per-field temporaries), each half of
+    the output row a byte per column."""
     rows, m = words.shape
-    x = words.astype(_U32, copy=False)
-    out = np.empty((rows, m, 2), dtype=_U32)
-    acc = np.empty((rows, m), dtype=_U32)
-    part = np.empty((rows, m), dtype=_U32)
+    x = words.view(_U32)
+    out = dst.view(_U32).reshape(rows, m, 2)
+    acc = scratch.empty("awq_unpack4.acc", (rows, m), _U32)
+    part = scratch.empty("awq_unpack4.part", (rows, m), _U32)
     for half, pieces in enumerate(_AWQ4_COLUMNS):
         for i, (shift, mask) in enumerate(pieces):
             dst = acc if i == 0 else part
@@ -363,7 +371,6 @@ def _awq_unpack4(words: NDArray[np.int32]) -> NDArray[np.uint8]:
             if i:
                 np.bitwise_or(acc, part, out=acc)
         out[:, :, half] = acc
-    return out.view(_U8).reshape(rows, m * 8)
 
 
 def ct_pack(q: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
@@ -495,7 +502,8 @@ def swizzle_qweight(
         half = n // 2  # u64 units per (row, hk, blk)
         lo = x[:, :n].reshape(rows, half, 2).transpose(0, 2, 1)
         hi = x[:, n:].reshape(rows, half, 2).transpose(0, 2, 1)
-        pre = np.empty((rows, 2, half), dtype=_U64)  # (R, blk, l4 dk T S1 S0) x bytes c
+        # (R, blk, l4 dk T S1 S0) x bytes c; a temporary (the gather below reads it)
+        pre = scratch.empty("swizzle.pre", (rows, 2, half), _U64)
         np.left_shift(hi, _SHIFT4, out=pre)
         np.bitwise_or(pre, lo, out=pre)
         tmp = _scratch(dst, rows, half)  # dst is written only by the gather below

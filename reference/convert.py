@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference import __version__, folder
+from reference import __version__, folder, scratch
 from reference.errors import FormatError, error
 from reference.files import open_regular
 from reference.layers import PARTS, StoredTensor, encode_linear
@@ -232,7 +232,7 @@ def convert(
         check = _verify_file if verify else None
         with (
             _source_digests(src, background=jobs > 1) as digests,
-            Writer(dst_path, metadata=plan.metadata, check=check) as writer,
+            Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1) as writer,
         ):
             steps = _progress(plan.steps, enabled=progress)
             for stored in _prepared(src, steps, jobs):
@@ -310,9 +310,11 @@ def _prepared(src: Checkpoint, steps: Iterable[Step], jobs: int) -> Iterator[lis
     the finished ones waiting (their Marlin tensors, smaller than a repack's working set),
     whatever the model's size [CONV-3]."""
     if jobs == 1:
-        yield from (_prepare_step(src, step) for step in steps)
+        with scratch.reusing():
+            yield from (_prepare_step(src, step) for step in steps)
         return
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="convert") as pool:
+    # Each thread reuses its temporaries from one layer to the next (reference.scratch).
+    with ThreadPoolExecutor(jobs, thread_name_prefix="convert", initializer=scratch.keep) as pool:
         window: deque[Future[list[StoredTensor]]] = deque()
         try:
             for step in steps:

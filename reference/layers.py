@@ -15,11 +15,11 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference import codec
+from reference import codec, scratch
 from reference.errors import field_error
 from reference.rules import TensorInfo, check_bias, check_layers
 from reference.source import TensorSource
-from spec.marlin import marlin_shape_ok
+from spec.marlin import QUANT_BITS, marlin_shape_ok, pack_factor
 
 PARTS = ("qweight", "scales", "qzeros")
 Parallel = Literal["column", "row"]
@@ -89,7 +89,7 @@ def encode_linear(
         raise ValueError("give either codes (q, z) or AWQ v1 tensors (qweight, qzeros)")
     if q is None:
         assert qweight is not None and qzeros is not None
-        q = codec.awq_unpack(np.asarray(qweight), bits)
+        q = _unpacked_codes(np.asarray(qweight), bits)
         z = codec.awq_unpack(np.asarray(qzeros), bits)
     assert z is not None
     q, z, scales = np.asarray(q), np.asarray(z), np.asarray(scales)
@@ -120,6 +120,15 @@ def encode_linear(
     if bias is not None:
         stored.append(StoredTensor(f"{prefix}.bias", np.asarray(bias), dict(dtype=bias_dtype)))
     return family, stored
+
+
+def _unpacked_codes(qweight: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
+    """The codes of AWQ v1 words, in this thread's scratch memory (:mod:`reference.scratch`):
+    a temporary, read once by the swizzle or the AWQ packing, which make new arrays."""
+    if qweight.ndim != 2 or bits not in QUANT_BITS:
+        return codec.awq_unpack(qweight, bits)  # raises the codec's error
+    shape = (qweight.shape[0], qweight.shape[1] * pack_factor(bits))
+    return codec.awq_unpack(qweight, bits, out=scratch.empty("encode_linear.q", shape, np.uint8))
 
 
 def _scale_dtype_name(scales: NDArray[Any], what: str = "scales") -> str:

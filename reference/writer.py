@@ -28,6 +28,7 @@ from reference.hashing import buckets_of, fnv1a_64_many
 from reference.layers import encode_linear
 from reference.metadata import encode_metadata
 from reference.partial import PARTIAL_SUFFIX, stale_partials
+from reference.writeback import Writeback
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
     ALIGNMENT,
@@ -102,15 +103,22 @@ class Writer:
         *,
         metadata: Mapping[str, Any] | None = None,
         check: Callable[[Path], None] | None = None,
+        writeback: bool = False,
     ):
         """``check(tmp_path)``, if given, runs on the finished temporary file before it is
-        renamed into place; raising aborts the write (the converter verifies there)."""
+        renamed into place; raising aborts the write (the converter verifies there).
+        ``writeback`` flushes the payloads to storage on a thread of its own as they are
+        written (:mod:`reference.writeback`), so that :meth:`close` has little left to flush;
+        the bytes are the same either way."""
         self.path = Path(path)
         self._metadata = encode_metadata(metadata)
         self._check = check
         self._tmp, self._file = partial.create(self.path)  # named and locked [WR-3]
         self._state = _State.OPEN
+        self._writeback: Writeback | None = None
         try:
+            if writeback:
+                self._writeback = Writeback(self._file.fileno())
             # mkstemp makes the file 0600; the published file gets what open() would give it.
             os.fchmod(self._file.fileno(), 0o666 & ~_umask())
             self._file.write(bytes(SLAB_OFFSET))  # header area, zero-filled [PAD-1, WR-4]
@@ -232,6 +240,8 @@ class Writer:
             self._file.write(view)
             crc = crc32c(view, crc)
             written += len(view)
+            if self._writeback is not None:
+                self._writeback.wrote(len(view))
         if written != length:
             self._fail_payload(offset)
             raise ValueError(f"{name!r}: got {written} bytes, its shape needs {length}")
@@ -299,6 +309,11 @@ class Writer:
         if self._state is _State.CLOSED:
             raise WriterStateError("abort() after close()")
         self._state = _State.ABORTED
+        try:
+            if self._writeback is not None:  # the descriptor must outlive its last flush
+                self._writeback.close()
+        except OSError:
+            pass  # the partial goes regardless
         try:
             if not self._file.closed:
                 self._file.close()
@@ -374,6 +389,8 @@ class Writer:
         self._file.seek(0)
         self._file.write(header)
         self._file.flush()
+        if self._writeback is not None:
+            self._writeback.close()  # a failed background flush fails the write here
         os.fsync(self._file.fileno())
         if self._check is not None:  # the partial stays open, so locked, until the rename
             self._check(self._tmp)
