@@ -53,9 +53,9 @@ from numpy.typing import NDArray
 
 from reference.dtypes import raw_bits
 from reference.layers import PARTS
+from reference.legacy import Checkpoint
 from reference.reader import Reader
 from reference.rules import TensorInfo
-from reference.source import TensorSource
 from reference.writer import Writer, dtype_name_of
 
 #: Registry dtype -> torch dtype [ENT-4]; every registry dtype has one.
@@ -99,12 +99,15 @@ class TorchMetadataError(TorchSaveError, TypeError):
 # ------------------------------------------------------------------------------------- loading
 
 
-def load_file(filename: str | os.PathLike[str], device: Any = "cpu") -> dict[str, torch.Tensor]:
+def load_file(
+    filename: str | os.PathLike[str], device: Any = "cpu", *, validate: bool = True
+) -> dict[str, torch.Tensor]:
     """Every tensor of an AWQ-v2 file, on ``device``, like ``safetensors.torch.load_file``.
-    The file is fully validated first [RD-2] (payload checksums are not: ``Reader.verify``)."""
-    with Reader(filename, validate=True) as reader:
+    The file is fully validated first [RD-2] (payload checksums are not: ``Reader.verify``);
+    ``validate=False`` leaves the opening and per-entry checks only [RD-1, ENT-7]."""
+    with Reader(filename, validate=validate) as reader:
         infos = reader.entries()
-        return dict(zip((info.name for info in infos), read_entries(reader, infos, device)))
+        return dict(zip((i.name for i in infos), read_entries(reader, infos, device), strict=True))
 
 
 def read_entries(
@@ -122,7 +125,7 @@ def _read_host(reader: Reader, infos: list[TensorInfo], *, pin: bool) -> list[to
     """One ``read_many_into`` into fresh host tensors: each read lands in its tensor's bytes."""
     tensors = [torch.empty(info.shape, dtype=TORCH_DTYPES[info.dtype], pin_memory=pin)
                for info in infos]  # fmt: skip
-    reader.read_many_into(zip(infos, (bytes_of(t) for t in tensors)))
+    reader.read_many_into(zip(infos, (bytes_of(t) for t in tensors), strict=True))
     return tensors
 
 
@@ -189,7 +192,7 @@ class TorchLinear:
 
 
 def load_linear(
-    path_or_reader: str | os.PathLike[str] | TensorSource,
+    path_or_reader: str | os.PathLike[str] | Reader | Checkpoint,
     prefix: str,
     *,
     device: Any = "cpu",

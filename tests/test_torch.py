@@ -88,7 +88,9 @@ def assert_same(t: torch.Tensor, a: np.ndarray, dtype: str, what: str) -> None:
     assert tuple(t.shape) == tuple(a.shape), (what, tuple(t.shape), a.shape)
     got, want = tensor_bytes(t), array_bytes(a)
     diff = np.flatnonzero(got != want)
-    assert not diff.size, f"{what}: first differing byte {diff[0]}: {got[diff[0]]} != {want[diff[0]]}"
+    assert not diff.size, (
+        f"{what}: first differing byte {diff[0]}: {got[diff[0]]} != {want[diff[0]]}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,7 @@ def files(converted: Path) -> list[Path]:
 
 
 def test_load_file_equals_the_numpy_reader_bit_for_bit(converted: Path) -> None:
+    """Every dtype of the registry, the stored bits unchanged in the torch type [DT-1]."""
     seen = set()
     for path in files(converted):
         loaded = rt.load_file(path)
@@ -344,8 +347,7 @@ def test_save_file_accepts_views_of_one_storage_that_do_not_overlap(tmp_path: Pa
         ({"a": torch.zeros(1)}, {1: "v"}, "TORCH_BAD_METADATA", None),
         ({"a": torch.zeros(1)}, "k=v", "TORCH_BAD_METADATA", None),
     ],
-    ids=["transposed", "sparse", "numpy", "list", "int-value",
-         "int-key", "str"],  # fmt: skip
+    ids=["transposed", "sparse", "numpy", "list", "int-value", "int-key", "str"],
 )
 def test_save_file_refuses_what_safetensors_refuses_with_a_code(
     tmp_path: Path, tensors, metadata, code: str, name: str | None
