@@ -20,6 +20,10 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
   ``TypeError``) with a stable ``code``, the tensor's name and what was expected; safetensors
   raises a ``RuntimeError`` for overlapping tensors, this module a ``TorchSaveError``.
 
+The file's bytes are little-endian and torch tensors hold native-order bytes: this module
+assumes a little-endian host (``safetensors.torch`` byteswaps on a big-endian one; this
+module does not).
+
 Reads go straight into the destination storage [DT-1: the stored bits, never converted]:
 on the CPU each tensor is ``torch.empty(shape, dtype)`` and the reader's bulk read fills a
 NumPy view of its bytes, with no copy beyond the read.  For a CUDA device the reads land in
@@ -218,10 +222,10 @@ def load_linear(
     else:
         arrays = [layer.qweight, layer.scales, layer.qzeros, layer.bias][: len(names)]
         tensors = [from_array(array, device) for array in arrays if array is not None]
-    empty = torch.empty(0, dtype=torch.int32, device=device)
+    g_idx, perm = (torch.empty(0, dtype=torch.int32, device=device) for _ in range(2))
     bias = tensors[3] if layer.bias is not None else None
-    return TorchLinear(layer.prefix, layer.layout, tensors[0], tensors[1], tensors[2], empty,
-                       empty, bias, layer.k, layer.n, layer.bits, layer.group_size,
+    return TorchLinear(layer.prefix, layer.layout, tensors[0], tensors[1], tensors[2], g_idx,
+                       perm, bias, layer.k, layer.n, layer.bits, layer.group_size,
                        layer.scale_dtype, layer.tp_rank, layer.tp_size)  # fmt: skip
 
 
