@@ -26,7 +26,10 @@ every repeat), loading every tensor of the model into memory:
     the same read at a safetensors tensor's offset is shown to fail with EINVAL.
 (t) ``reference.torch.load_file`` of the AWQ-v2 file, against (ts) ``safetensors.torch.load_file``
     of a safetensors file holding the same tensors (written from (t)'s result with
-    ``safetensors.torch.save_file``): only where torch imports, else one line says so.
+    ``safetensors.torch.save_file``), and (tp) the same with ``backend="pread"``: only where
+    torch imports, else one line says so.  safetensors 0.8's default ``mmap`` backend returns
+    tensors in a private (copy-on-write) map of the file, paged in on first touch, so (ts)
+    has not read the bytes that (t) and (tp) have.
 
 It prints best and median of ``--repeats``, GB/s (of the file each case reads, 1 GB = 1e9 B) and
 the ratios (a)/(b), (b)/(c) (target <= 1.15), (b)/(d) (target <= 1.0), (t)/(ts) (target
@@ -409,6 +412,9 @@ def torch_cases(v2: Path, workdir: Path) -> list[Case]:
              v2.stat().st_size),
         Case("(ts)", "safetensors.torch.load_file, the same tensors",
              lambda: safetensors_torch.load_file(str(same)), [same], same.stat().st_size),
+        Case("(tp)", "safetensors.torch.load_file(backend='pread'), the same",
+             lambda: safetensors_torch.load_file(str(same), backend="pread"), [same],
+             same.stat().st_size),
     ]  # fmt: skip
 
 
@@ -417,10 +423,15 @@ def print_torch_ratio(by_key: dict[str, Case], phase: str) -> None:
     if awq_torch is None:
         print(f"  (t)/(ts)  not measured: torch is not installed ({TORCH_MISSING})")
         return
-    t, ts = getattr(by_key["(t)"], phase), getattr(by_key["(ts)"], phase)
-    if t and ts:
+    t, ts, tp = (getattr(by_key[key], phase) for key in ("(t)", "(ts)", "(tp)"))
+    if t and ts and tp:
         note = "reference.torch.load_file / safetensors.torch.load_file, the same tensors"
         print(ratio_line("(t)/(ts)", min(t), min(ts), note))
+        print(ratio_line("(t)/(tp)", min(t), min(tp), "the same / its pread backend"))
+        print(
+            "  (safetensors 0.8's default mmap backend returns tensors in a copy-on-write map "
+            "of the file,\n   read on first touch; (t) and (tp) have read every byte)"
+        )
 
 
 def profile_v2_read(path: Path, *, cold: bool, top: int = 12) -> None:
