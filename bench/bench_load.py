@@ -24,9 +24,16 @@ every repeat), loading every tensor of the model into memory:
 (e) AWQ-v2 index + one ``O_DIRECT`` ``os.preadv`` per tensor at its own offset into a
     page-aligned buffer (no page cache, no bounce copy), checked against every ``data_crc``;
     the same read at a safetensors tensor's offset is shown to fail with EINVAL.
+(t) ``reference.torch.load_file`` of the AWQ-v2 file, against (ts) ``safetensors.torch.load_file``
+    of a safetensors file holding the same tensors (written from (t)'s result with
+    ``safetensors.torch.save_file``), and (tp) the same with ``backend="pread"``: only where
+    torch imports, else one line says so.  safetensors 0.8's default ``mmap`` backend returns
+    tensors in a private (copy-on-write) map of the file, paged in on first touch, so (ts)
+    has not read the bytes that (t) and (tp) have.
 
 It prints best and median of ``--repeats``, GB/s (of the file each case reads, 1 GB = 1e9 B) and
-the ratios (a)/(b), (b)/(c) (target <= 1.15), (b)/(d) (target <= 1.0), conversion/(a) (target
+the ratios (a)/(b), (b)/(c) (target <= 1.15), (b)/(d) (target <= 1.0), (t)/(ts) (target
+<= 1.0), conversion/(a) (target
 <= 3.0, the default thread count), the conversions against (a) and (c) with ``--jobs 1`` and
 the default, and default/jobs 1 (target <= 0.67: 1.5x faster on 2 cores), from the best
 times.  When (b) misses a target, (b) is profiled with cProfile.  Exit
@@ -60,6 +67,14 @@ from safetensors.numpy import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+try:  # the optional extra torch: (t) and (ts) only where it imports
+    import safetensors.torch as safetensors_torch
+
+    import reference.torch as awq_torch
+except ImportError as exc:
+    awq_torch = safetensors_torch = None
+    TORCH_MISSING = str(exc)
+
 import reference
 from reference.convert import convert, default_jobs
 from reference.examples import LlamaShape, write_checkpoint
@@ -76,7 +91,13 @@ SHAPES = {
 }
 CHUNK = 16 << 20  # plain sequential read chunk
 DIRECT_ALIGN = 4096  # O_DIRECT length rounding and buffer alignment
-TARGETS = {"(b)/(c)": 1.15, "(b)/(d)": 1.0, "conversion/(a)": 3.0, "default/jobs 1": 1 / 1.5}
+TARGETS = {
+    "(b)/(c)": 1.15,
+    "(b)/(d)": 1.0,
+    "(t)/(ts)": 1.0,
+    "conversion/(a)": 3.0,
+    "default/jobs 1": 1 / 1.5,
+}
 COLD_SLOWDOWN = 1.3  # a cold sequential read at least this much slower than a warm one
 GB = 1e9
 
@@ -380,6 +401,39 @@ def print_ratios(by_key: dict[str, Case], conversion: Conversions, phase: str) -
     return failed
 
 
+def torch_cases(v2: Path, workdir: Path) -> list[Case]:
+    """(t) and (ts): the same tensors through ``reference.torch`` and ``safetensors.torch``."""
+    if awq_torch is None or safetensors_torch is None:
+        return []
+    same = workdir / "same_tensors.safetensors"
+    safetensors_torch.save_file(awq_torch.load_file(v2), str(same))
+    return [
+        Case("(t)", "v2 reference.torch.load_file", lambda: awq_torch.load_file(v2), [v2],
+             v2.stat().st_size),
+        Case("(ts)", "safetensors.torch.load_file, the same tensors",
+             lambda: safetensors_torch.load_file(str(same)), [same], same.stat().st_size),
+        Case("(tp)", "safetensors.torch.load_file(backend='pread'), the same",
+             lambda: safetensors_torch.load_file(str(same), backend="pread"), [same],
+             same.stat().st_size),
+    ]  # fmt: skip
+
+
+def print_torch_ratio(by_key: dict[str, Case], phase: str) -> None:
+    """The (t)/(ts) line, or why it was not measured."""
+    if awq_torch is None:
+        print(f"  (t)/(ts)  not measured: torch is not installed ({TORCH_MISSING})")
+        return
+    t, ts, tp = (getattr(by_key[key], phase) for key in ("(t)", "(ts)", "(tp)"))
+    if t and ts and tp:
+        note = "reference.torch.load_file / safetensors.torch.load_file, the same tensors"
+        print(ratio_line("(t)/(ts)", min(t), min(ts), note))
+        print(ratio_line("(t)/(tp)", min(t), min(tp), "the same / its pread backend"))
+        print(
+            "  (safetensors 0.8's default mmap backend returns tensors in a copy-on-write map "
+            "of the file,\n   read on first touch; (t) and (tp) have read every byte)"
+        )
+
+
 def profile_v2_read(path: Path, *, cold: bool, top: int = 12) -> None:
     """cProfile of (b): where the time goes."""
     buf = np.empty(path.stat().st_size, np.uint8)
@@ -514,7 +568,8 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     buf = np.empty(v2.stat().st_size, np.uint8)
     buf.fill(0)  # touch every page now, outside the timers
     cases = make_cases(v1_dir, v1_file, v2, buf, direct=refused is None)
-    for path in (v1_file, v2):
+    cases += torch_cases(v2, workdir)
+    for path in {path for case in cases for path in case.files}:
         read_all(path)
     measure(cases, repeats, cold=False)
     check = cold_check(v2, buf)
@@ -530,6 +585,7 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     by_key = {c.key: c for c in cases}
     for phase in ("warm", "cold"):
         failed = print_ratios(by_key, conversion, phase)
+        print_torch_ratio(by_key, phase)
         if profile or {"(b)/(c)", "(b)/(d)"} & set(failed):
             profile_v2_read(v2, cold=phase == "cold")
 

@@ -1,0 +1,408 @@
+"""``reference.torch``: PyTorch's ``load_file`` / ``save_file`` / ``load_linear``.
+
+Every tensor is compared bit for bit with the NumPy reader (``Reader.tensor``,
+``Reader.linear``); ``load_file`` is compared with ``safetensors.torch.load_file`` of the same
+tensors saved by each library.  The CUDA path (pinned staging) cannot run here: its staging
+code runs on the CPU with pinning off, and nothing here claims to check a GPU.
+
+torch is an optional extra, absent from the README's test environment: there this module is
+skipped; CI runs it with the heavy virtual environment and ``AWQ2_REQUIRE_TORCH=1``, which
+turns a missing torch into a failure instead of a skip (``.ci/run``, "real quantisers").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    import torch
+except ImportError:
+    if os.environ.get("AWQ2_REQUIRE_TORCH") == "1":
+        pytest.fail("AWQ2_REQUIRE_TORCH=1 and torch does not import", pytrace=False)
+    pytest.skip("torch is not installed (the optional extra 'torch')", allow_module_level=True)
+
+import safetensors.torch
+
+import reference
+import reference.torch as rt
+from reference.convert import convert
+from reference.dtypes import raw_bits
+from reference.examples import LlamaShape, write_checkpoint
+from reference.reader import Reader
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = ROOT / "conformance" / "vectors"
+
+#: The torch type each registry dtype should come back as, from the spec's data-type table
+#: and PyTorch's names (written here, not read from the module under test).
+EXPECTED_TORCH = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "U16": torch.uint16,
+    "I16": torch.int16,
+    "U32": torch.uint32,
+    "I32": torch.int32,
+    "U64": torch.uint64,
+    "I64": torch.int64,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+#: must-accept vectors between them holding every dtype, BF16 / F32 scales, a bias, empty
+#: and 0-d tensors, unicode names and an empty file.
+ACCEPT = [
+    "y_all_dtypes",
+    "y_marlin_4bit_bf16_scales",
+    "y_marlin_4bit_f32_scales",
+    "y_marlin_4bit_bias",
+    "y_marlin_4bit_g128",
+    "y_awq_layout_n_not_64",
+    "y_empty_and_0d",
+    "y_empty_file",
+    "y_sample",
+    "y_unicode_names",
+]
+
+
+def tensor_bytes(t: torch.Tensor) -> np.ndarray:
+    """The stored bytes of a CPU tensor, row-major."""
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def array_bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(raw_bits(np.asarray(a))).reshape(-1).view(np.uint8)
+
+
+def assert_same(t: torch.Tensor, a: np.ndarray, dtype: str, what: str) -> None:
+    assert t.dtype == EXPECTED_TORCH[dtype], (what, t.dtype, dtype)
+    assert tuple(t.shape) == tuple(a.shape), (what, tuple(t.shape), a.shape)
+    got, want = tensor_bytes(t), array_bytes(a)
+    diff = np.flatnonzero(got != want)
+    assert not diff.size, (
+        f"{what}: first differing byte {diff[0]}: {got[diff[0]]} != {want[diff[0]]}"
+    )
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example Llama checkpoint (with q/k/v biases) converted to AWQ-v2: F16 tensors,
+    I32 words, Marlin layers with biases."""
+    src = write_checkpoint(tmp_path_factory.mktemp("v1"), LlamaShape(attention_bias=True))
+    dst = tmp_path_factory.mktemp("v2") / "tiny.awq2"
+    convert(src, dst, verify=True)
+    return dst
+
+
+def files(converted: Path) -> list[Path]:
+    return [VECTORS / f"{name}.awq2" for name in ACCEPT] + [converted]
+
+
+# ------------------------------------------------------------------------------ load_file
+
+
+def test_load_file_equals_the_numpy_reader_bit_for_bit(converted: Path) -> None:
+    """Every dtype of the registry, the stored bits unchanged in the torch type [DT-1]."""
+    seen = set()
+    for path in files(converted):
+        loaded = rt.load_file(path)
+        with reference.open(path) as f:
+            assert list(loaded) == f.names(), path.name
+            for info in f.entries():
+                assert_same(loaded[info.name], f.tensor(info.name), info.dtype, info.name)
+                seen.add(info.dtype)
+    assert seen == set(EXPECTED_TORCH), set(EXPECTED_TORCH) - seen
+
+
+def test_cpu_reads_land_in_the_tensors_storage(converted: Path, monkeypatch) -> None:
+    """One bulk read (``read_many_into``) whose buffers are the returned tensors' bytes."""
+    calls = []
+    real = Reader.read_many_into
+
+    def spy(self, items):
+        items = list(items)
+        calls.append([out for _, out in items])
+        return real(self, items)
+
+    monkeypatch.setattr(Reader, "read_many_into", spy)
+    loaded = rt.load_file(converted)
+    assert len(calls) == 1
+    assert len(calls[0]) == len(loaded)
+    for buffer, tensor in zip(calls[0], loaded.values()):
+        assert buffer.__array_interface__["data"][0] == tensor.data_ptr()
+        assert buffer.nbytes == tensor.numel() * tensor.element_size()
+
+
+def test_the_staging_path_with_pinning_off_gives_the_same_tensors(converted, monkeypatch):
+    """The CUDA path's code (batches, ``.to(device)``) on the CPU, pinning off; batches of
+    at most 100 000 bytes so that the model takes several."""
+    monkeypatch.setattr(rt, "_STAGE_BYTES", 100_000)
+    calls = []
+    real = Reader.read_many_into
+    monkeypatch.setattr(
+        Reader, "read_many_into", lambda self, items: calls.append(1) or real(self, items)
+    )
+    with Reader(converted) as f:
+        infos = f.entries()
+        staged = rt._read_staged(f, infos, torch.device("cpu"), pin=False)
+        assert len(calls) > 3
+        for info, t in zip(infos, staged):
+            assert_same(t, f.tensor(info.name), info.dtype, info.name)
+
+
+def test_load_file_equals_safetensors_load_file_saved_both_ways(tmp_path: Path) -> None:
+    """The issue's done-when line: the same tensors saved by each library, loaded by each."""
+    gen = torch.Generator().manual_seed(7)
+    tensors = {
+        "bf16": torch.randn(33, 65, generator=gen).to(torch.bfloat16),
+        "f16": torch.randn(128, 7, generator=gen).to(torch.float16),
+        "f32": torch.randn(5, 3, 2, generator=gen),
+        "f64": torch.randn(4, generator=gen, dtype=torch.float64),
+        "i32": torch.randint(-(2**31), 2**31 - 1, (70, 70), generator=gen, dtype=torch.int32),
+        "i64": torch.randint(-(2**40), 2**40, (9,), generator=gen, dtype=torch.int64),
+        "u8": torch.randint(0, 256, (300,), generator=gen, dtype=torch.uint8),
+        "i8": torch.randint(-128, 128, (3, 3), generator=gen, dtype=torch.int8),
+        "bool": torch.tensor([True, False, True]),
+        "e4m3": torch.randn(16, 16, generator=gen).to(torch.float8_e4m3fn),
+        "e5m2": torch.randn(16, 16, generator=gen).to(torch.float8_e5m2),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.empty(0, 4, dtype=torch.float16),
+    }
+    ours, theirs = tmp_path / "t.awq2", tmp_path / "t.safetensors"
+    rt.save_file(tensors, ours, metadata={"format": "pt"})
+    safetensors.torch.save_file(tensors, theirs, metadata={"format": "pt"})
+    a, b = rt.load_file(ours), safetensors.torch.load_file(theirs)
+    assert a.keys() == b.keys() == tensors.keys()
+    for name in tensors:
+        assert a[name].dtype == b[name].dtype == tensors[name].dtype, name
+        assert a[name].shape == b[name].shape == tensors[name].shape, name
+        assert np.array_equal(tensor_bytes(a[name]), tensor_bytes(b[name])), name
+        assert np.array_equal(tensor_bytes(a[name]), tensor_bytes(tensors[name])), name
+
+
+def test_a_missing_file_raises_file_not_found_like_safetensors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        safetensors.torch.load_file(tmp_path / "absent.safetensors")
+    with pytest.raises(FileNotFoundError):
+        rt.load_file(tmp_path / "absent.awq2")
+
+
+@pytest.mark.parametrize(
+    ("vector", "code"),
+    [("n_bad_magic", "BAD_MAGIC"), ("n_hidden_payload_in_slab_gap", "NONZERO_PADDING")],
+)
+def test_a_bad_file_raises_its_error_code(vector: str, code: str) -> None:
+    """load_file validates the whole file first [RD-2]: padding too, which opening skips."""
+    path = VECTORS / f"{vector}.awq2"
+    assert path.exists(), path
+    with pytest.raises(reference.FormatError) as caught:
+        rt.load_file(path)
+    assert caught.value.code == code
+
+
+# ------------------------------------------------------------------------------ load_linear
+
+
+def layer_cases(converted: Path) -> list[tuple[Path, str]]:
+    out = []
+    for path in [VECTORS / f"{name}.awq2" for name in ACCEPT] + [converted]:
+        with reference.open(path) as f:
+            out += [(path, prefix) for prefix in f.layers()]
+    return out
+
+
+def assert_layer(got: rt.TorchLinear, want, what: str) -> None:
+    assert (got.layout, got.k, got.n, got.bits, got.group_size, got.scale_dtype) == (
+        want.layout, want.k, want.n, want.bits, want.group_size, want.scale_dtype
+    ), what  # fmt: skip
+    assert (got.tp_rank, got.tp_size) == (want.tp_rank, want.tp_size), what
+    assert_same(got.qweight, want.qweight, "I32", f"{what}.qweight")
+    assert_same(got.qzeros, want.qzeros, "I32", f"{what}.qzeros")
+    assert_same(got.scales, want.scales, want.scale_dtype, f"{what}.scales")
+    if want.bias is None:
+        assert got.bias is None, what
+    else:
+        bias_dtype = {"float16": "F16", "float32": "F32", "bfloat16": "BF16"}[want.bias.dtype.name]
+        assert_same(got.bias, want.bias, bias_dtype, f"{what}.bias")
+    for empty in (got.g_idx, got.perm):  # AWQ has no act order: vLLM passes empty int32 ones
+        assert empty.dtype == torch.int32 and empty.numel() == 0, what
+
+
+def test_load_linear_equals_reader_linear_whole_and_sharded(converted: Path) -> None:
+    cases = layer_cases(converted)
+    assert len({path for path, _ in cases}) >= 6, cases
+    compared = 0
+    for path, prefix in cases:
+        with Reader(path) as f:
+            assert_layer(rt.load_linear(f, prefix), f.linear(prefix), prefix)
+            for parallel in ("column", "row"):
+                for rank in range(2):
+                    kw = dict(tp_rank=rank, tp_size=2, parallel=parallel)
+                    try:
+                        want = f.linear(prefix, **kw)
+                    except Exception as exc:  # a shape that cannot be cut in two
+                        with pytest.raises(type(exc)):
+                            rt.load_linear(f, prefix, **kw)
+                        continue
+                    assert_layer(rt.load_linear(f, prefix, **kw), want, f"{prefix} {kw}")
+                    compared += 1
+    assert compared >= 40, compared
+
+
+def test_load_linear_dtypes_are_what_vllm_marlin_takes(converted: Path) -> None:
+    layer = rt.load_linear(converted, "model.layers.0.self_attn.q_proj")
+    assert layer.layout == "MARLIN"
+    assert layer.qweight.dtype == layer.qzeros.dtype == torch.int32
+    assert layer.scales.dtype == torch.float16
+    bf16 = rt.load_linear(VECTORS / "y_marlin_4bit_bf16_scales.awq2", "layer.b4.g64")
+    assert bf16.scales.dtype == torch.bfloat16
+
+
+def test_load_linear_of_a_whole_layer_reads_into_its_tensors(converted, monkeypatch) -> None:
+    calls = []
+    real = Reader.read_many_into
+
+    def spy(self, items):
+        items = list(items)
+        calls.append([out for _, out in items])
+        return real(self, items)
+
+    monkeypatch.setattr(Reader, "read_many_into", spy)
+    layer = rt.load_linear(converted, "model.layers.1.self_attn.k_proj")
+    assert len(calls) == 1
+    tensors = [layer.qweight, layer.scales, layer.qzeros, layer.bias]
+    assert [b.__array_interface__["data"][0] for b in calls[0]] == [
+        t.data_ptr() for t in tensors if t is not None
+    ]
+
+
+def test_load_linear_takes_a_v1_checkpoint_too(tmp_path: Path) -> None:
+    folder = write_checkpoint(tmp_path / "v1", LlamaShape(attention_bias=True))
+    with reference.open(folder) as f:
+        for prefix in f.layers()[:3]:
+            assert_layer(rt.load_linear(f, prefix), f.linear(prefix), prefix)
+
+
+# ------------------------------------------------------------------------------ save_file
+
+
+def every_dtype() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    out = {}
+    for name, dtype in EXPECTED_TORCH.items():
+        if dtype.is_floating_point:
+            out[name] = torch.randn(3, 5, generator=gen).to(dtype)
+        elif dtype == torch.bool:
+            out[name] = torch.tensor([[True, False], [False, True]])
+        else:
+            out[name] = torch.randint(0, 100, (2, 3), generator=gen).to(dtype)
+    return out
+
+
+def test_save_file_round_trips_through_reference_open(tmp_path: Path) -> None:
+    tensors = every_dtype()
+    path = tmp_path / "all.awq2"
+    rt.save_file(tensors, path, metadata={"format": "pt", "note": "ünïcode"})
+    with reference.open(path, validate=True) as f:
+        f.verify()
+        assert f.metadata == {"format": "pt", "note": "ünïcode"}
+        assert f.names() == list(tensors)
+        for name, t in tensors.items():
+            assert f.entry(name).dtype == name
+            assert_same(t, f.tensor(name), name, name)
+
+
+def test_save_file_takes_the_bits_without_a_copy() -> None:
+    t = torch.randn(4, 8).to(torch.bfloat16)
+    raw = rt.raw_array(t)
+    assert raw.dtype == np.uint16 and raw.shape == (4, 8)
+    assert raw.__array_interface__["data"][0] == t.data_ptr()
+
+
+def test_save_file_accepts_views_of_one_storage_that_do_not_overlap(tmp_path: Path) -> None:
+    base = torch.arange(10, dtype=torch.int32)
+    tensors = {"a": base[:5], "b": base[5:]}
+    safetensors.torch.save_file(tensors, tmp_path / "x.safetensors")  # accepted there too
+    rt.save_file(tensors, tmp_path / "x.awq2")
+    assert torch.equal(rt.load_file(tmp_path / "x.awq2")["b"], base[5:])
+
+
+@pytest.mark.parametrize(
+    ("tensors", "metadata", "code", "name"),
+    [
+        ({"t": torch.zeros(3, 4).t()}, None, "TORCH_NOT_CONTIGUOUS", "t"),
+        ({"s": torch.zeros(3, 3).to_sparse()}, None, "TORCH_SPARSE", "s"),
+        ({"n": np.zeros(3)}, None, "TORCH_NOT_A_TENSOR", "n"),
+        ([("a", torch.zeros(1))], None, "TORCH_NOT_A_DICT", None),
+        ({"a": torch.zeros(1)}, {"k": 1}, "TORCH_BAD_METADATA", None),
+        ({"a": torch.zeros(1)}, {1: "v"}, "TORCH_BAD_METADATA", None),
+        ({"a": torch.zeros(1)}, "k=v", "TORCH_BAD_METADATA", None),
+    ],
+    ids=["transposed", "sparse", "numpy", "list", "int-value", "int-key", "str"],
+)
+def test_save_file_refuses_what_safetensors_refuses_with_a_code(
+    tmp_path: Path, tensors, metadata, code: str, name: str | None
+) -> None:
+    path = tmp_path / "x.awq2"
+    with pytest.raises(rt.TorchSaveError) as caught:
+        rt.save_file(tensors, path, metadata=metadata)
+    assert (caught.value.code, caught.value.name) == (code, name)
+    assert code in str(caught.value) and "expected" in str(caught.value)
+    if code == "TORCH_BAD_METADATA":  # safetensors raises TypeError there
+        assert isinstance(caught.value, TypeError)
+    assert not path.exists()
+    with pytest.raises((ValueError, TypeError, RuntimeError, AttributeError)):
+        safetensors.torch.save_file(tensors, tmp_path / "x.safetensors", metadata=metadata)
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [torch.zeros(2, dtype=torch.complex64), torch.zeros(2).to(torch.float8_e4m3fnuz)],
+    ids=["complex64", "float8_e4m3fnuz"],
+)
+def test_save_file_refuses_a_dtype_the_format_lacks(tmp_path: Path, tensor) -> None:
+    """safetensors stores these two (C64, F8_E4M3FNUZ); the registry has neither [ENT-4]."""
+    with pytest.raises(rt.TorchSaveError) as caught:
+        rt.save_file({"w": tensor}, tmp_path / "x.awq2")
+    assert (caught.value.code, caught.value.name) == ("TORCH_UNSUPPORTED_DTYPE", "w")
+    assert str(tensor.dtype) in str(caught.value) and "torch.bfloat16" in str(caught.value)
+    assert not (tmp_path / "x.awq2").exists()
+
+
+def test_save_file_refuses_overlapping_tensors(tmp_path: Path) -> None:
+    base = torch.zeros(10)
+    with pytest.raises(RuntimeError):
+        safetensors.torch.save_file({"a": base, "b": base[2:6]}, tmp_path / "x.safetensors")
+    with pytest.raises(rt.TorchSaveError) as caught:
+        rt.save_file({"a": base, "b": base[2:6]}, tmp_path / "x.awq2")
+    assert caught.value.code == "TORCH_SHARED_MEMORY" and caught.value.name == "b"
+
+
+# ------------------------------------------------------------------------------ the docs
+
+
+def test_the_docs_dtype_table_is_the_module_mapping() -> None:
+    """docs/reference/torch.md lists each registry dtype with its torch dtype."""
+    text = (ROOT / "docs" / "reference" / "torch.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| `torch\.(\w+)` \|", text, re.MULTILINE))
+    assert rows == {k: str(v).removeprefix("torch.") for k, v in rt.TORCH_DTYPES.items()}
+    assert rt.TORCH_DTYPES == EXPECTED_TORCH
+
+
+def test_the_docs_examples_run(tmp_path: Path, monkeypatch) -> None:
+    text = (ROOT / "docs" / "reference" / "torch.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for number, block in enumerate(blocks, 1):
+        exec(compile(block, f"docs/reference/torch.md, python block {number}", "exec"), namespace)
