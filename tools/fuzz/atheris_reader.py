@@ -40,7 +40,7 @@ def _child(flags: list[str]) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["reference", "spec"]):
-        import reference  # noqa: F401
+        import reference
         import reference.validate  # noqa: F401
     from tools.fuzz.awq2 import refresh
     from tools.fuzz.mutant import Mutant

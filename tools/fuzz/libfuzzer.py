@@ -213,9 +213,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=int, default=60, help="run this long (default 60)")
     p.add_argument("--runs", type=int, help="stop after this many executions instead")
     p.add_argument("--seed", type=int, help="libFuzzer's -seed (default: from the clock)")
-    p.add_argument(
-        "--corpus", type=Path, help="keep the corpus here (default: a temporary folder)"
-    )
+    p.add_argument("--corpus", type=Path, help="keep the corpus here (default: a temporary folder)")
     p.add_argument("--artifacts", type=Path, help="crash inputs go here (default: the corpus')")
     p.add_argument("--log", type=Path, help="libFuzzer's output (default: in the artifacts')")
 

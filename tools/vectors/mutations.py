@@ -88,6 +88,23 @@ def _gap_before_index(ed: FileEditor) -> None:
     ed.set_header(index_offset=at + 65536, file_size=len(ed.data)).refresh()
 
 
+def _gap_before_payload(ed: FileEditor) -> None:
+    """The last payload in slab order one 64 KiB block later than packing puts it."""
+    i = nonempty(ed)[-1]
+    at = int(ed.entries()[i]["data_offset"])
+    ed.data[at:at] = bytes(65536)
+    ed.set_header(index_offset=ed.index_offset + 65536, file_size=len(ed.data))
+    ed.set_entry(i, data_offset=at + 65536).refresh()  # the entry where the header now puts it
+
+
+def _layer_lacks_qzeros(ed: FileEditor) -> None:
+    """The qzeros entry renamed (same length, bucket and order) and made DENSE: a plain
+    tensor, valid on its own, so that only the layer's missing role breaks a rule."""
+    _rename_suffix(".qzeros", ".qzero")(ed)
+    ed.set_entry(_entry_named_stem(ed, ".qzero"), layout=0, bits=0, group_size=0, k=0, n=0)
+    ed.refresh()
+
+
 def _bad_utf8_name(ed: FileEditor) -> None:
     start, end = ed.name_range(last_entry(ed))
     ed.set_bytes(start, b"\xff" * (end - start)).refresh()
@@ -144,6 +161,15 @@ def _entry_named(ed: FileEditor, suffix: str) -> int:
         if bytes(ed.data[start:end]).endswith(suffix.encode()):
             return i
     raise KeyError(suffix)
+
+
+def _entry_named_stem(ed: FileEditor, stem: str) -> int:
+    """The entry whose name ends in ``stem`` plus one character (see :func:`_rename_suffix`)."""
+    for i in range(int(ed.h("tensor_count"))):
+        start, end = ed.name_range(i)
+        if bytes(ed.data[start : end - 1]).endswith(stem.encode()):
+            return i
+    raise KeyError(stem)
 
 
 def _set_quant(suffix: str, **fields: int) -> Callable[[FileEditor], object]:
@@ -314,6 +340,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("trailer_magic", lambda ed: ed.set_bytes(len(ed.data) - 1, b"\r"), "BAD_TRAILER_MAGIC", ("TRL-1",), "open", "last byte changed"),
     M("trailer_checksum", lambda ed: ed.flip_bit(len(ed.data) - 20, 3), "BAD_TRAILER_CHECKSUM", ("TRL-2",), "open", "one trailer bit flipped"),
     M("trailer_disagrees", lambda ed: ed.set_trailer(index_offset=ed.index_offset + 65536).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer points elsewhere, its own checksum valid"),
+    M("trailer_index_length_disagrees", lambda ed: ed.set_trailer(index_length=ed.h("index_length") + 8).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer's index_length 8 more than the header's, its own checksum valid (found unreached by the C loader's coverage)"),
+    M("trailer_header_crc_disagrees", lambda ed: ed.set_trailer(header_crc=ed.h("header_crc") ^ 1).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer's copy of header_crc one bit off, its own checksum valid (found unreached by the C loader's coverage)"),
     # index [IDX, ENT, NAME]
     M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1", "RD-6"), "validate", "one name bit flipped"),
     M("bucket_table_decreasing", _bucket_table_decreasing, "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "a bucket bound out of order"),
@@ -355,6 +383,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("empty_payload_misaligned", lambda ed: ed.set_entry(_empty_entry(ed), data_offset=SLAB_OFFSET + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "SLAB-7"), "validate", "an empty payload 8 bytes past a boundary"),
     M("overlapping_payloads", _overlap, "OVERLAP", ("SLAB-4",), "validate", "two payloads at one offset"),
     M("gap_before_index", _gap_before_index, "SLAB_GAP", ("SLAB-1", "SLAB-5"), "validate", "a spare 64 KiB before the index"),
+    M("gap_before_payload", _gap_before_payload, "SLAB_GAP", ("SLAB-5",), "validate", "a spare 64 KiB before the last payload (found unreached by the C loader's coverage)"),
     M("hidden_bytes_in_header_padding", lambda ed: ed.set_bytes(0x8000, b"\x01"), "NONZERO_PADDING", ("PAD-1", "PAD-4"), "validate", "one byte in the header padding"),
     M("hidden_bytes_after_bucket_table", lambda ed: ed.set_bytes(ed.entries_offset - 1, b"\x01").refresh(), "NONZERO_PADDING", ("PAD-3", "PAD-4", "IDX-2"), "validate", "the bucket table's padding not zero"),
     M("hidden_payload_in_slab_gap", _hidden_payload, "NONZERO_PADDING", ("PAD-2", "PAD-4"), "validate", "a zip header after a payload"),
@@ -362,9 +391,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("marlin_k_not_multiple_of_128", _set_quant(".qweight", k=200), "BAD_QUANT_FIELDS", ("LAY-4", "LAY-5"), "validate", "k = 200 in a MARLIN_QWEIGHT entry"),
     M("group_size_not_dividing_k", _set_quant(".scales", group_size=96), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "group size 96 with k = 128"),
     M("bits_3", _set_quant(".qzeros", bits=3), "BAD_QUANT_FIELDS", ("LAY-3",), "validate", "bits = 3"),
+    M("marlin_group_size_16", _set_quant(".qweight", group_size=16), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "MARLIN_QWEIGHT with group size 16, a divisor of k = 128 (found unreached by the C loader's coverage)"),
+    M("qweight_dtype_u32", _set_quant(".qweight", dtype=DTYPE_BY_NAME["U32"].code), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "MARLIN_QWEIGHT stored as U32 (same size as I32) (found unreached by the C loader's coverage)"),
+    M("scales_dtype_i16", _set_quant(".scales", dtype=DTYPE_BY_NAME["I16"].code), "BAD_QUANT_FIELDS", ("LAY-6",), "validate", "MARLIN_SCALES stored as I16 (same size as F16) (found unreached by the C loader's coverage)"),
     M("scales_shape_wrong", _set_quant(".scales", n=128), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "scales entry says n = 128, stores [G, 64]"),
     M("layer_mixed_layout_families", _set_quant(".scales", layout=LAYOUT_BY_NAME["AWQ_SCALES"].code), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "AWQ_SCALES (same dtype and shape) beside MARLIN_QWEIGHT and MARLIN_QZEROS"),
     M("layer_without_qzeros", _rename_suffix(".qzeros", ".qzero"), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "a MARLIN_QZEROS entry renamed <prefix>.qzero? (one letter changed): not named for its role, and the layer lacks qzeros"),
+    M("layer_lacks_qzeros", _layer_lacks_qzeros, "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "the qzeros entry renamed <prefix>.qzero? and made DENSE: the layer has no qzeros (found unreached by the C loader's coverage)"),
     M("layer_bias_shape_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["F32"].code, dim=32), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias F32 [32] where n = 64"),
     M("layer_bias_dtype_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["I16"].code), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias I16 [64]: not a float dtype"),
     # metadata [META]
