@@ -55,8 +55,8 @@ def test_gcov_lines_and_unreached_rejections() -> None:
         "        -:    0:Source:reader.c",
         "        -:   10:/* a comment */",
         "       12:   11:    if (crc != f->header_crc)",
-        "    #####:   12:        return awq2_fail(err, \"TRAILER_MISMATCH\", 8, \"differs\");",
-        "        3*:   13:    x = awq2_fail(err, \"BAD_MAGIC\", 0, \"m\");",
+        '    #####:   12:        return awq2_fail(err, "TRAILER_MISMATCH", 8, "differs");',
+        '        3*:   13:    x = awq2_fail(err, "BAD_MAGIC", 0, "m");',
         "    #####:   14:    free(v);",
     ]
     cov = c_coverage.FileCoverage("reader.c")
