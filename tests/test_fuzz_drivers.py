@@ -97,3 +97,34 @@ def test_libfuzzer_target_runs_every_vector_and_a_few_mutants(tmp_path: Path) ->
         assert done.returncode == 0, done.stderr[-3000:]
         assert "INITED" in done.stderr
     assert libfuzzer.crashes_in(tmp_path) == ()
+
+
+# ----------------------------------------------------------------- lookups the coverage showed
+
+
+def test_lazy_lookup_in_a_bucket_holding_another_buckets_entry() -> None:
+    """n_entry_outside_its_bucket opened without validation: the bucket before the moved
+    bound now spans an entry whose hash puts it in the next bucket. Looking up a name of that
+    earlier bucket reads that entry inside its range: IDX-8 (an entry's bucket is its hash's)
+    rejects it, BAD_ENTRY_ORDER; the moved entry's own lookup sees its bucket's neighbour
+    in its own bucket: IDX-9, BAD_BUCKET_TABLE."""
+    import reference
+    from spec.algorithms import bucket_of, fnv1a_64
+
+    path = libfuzzer.MANIFEST.parent / "vectors" / "n_entry_outside_its_bucket.awq2"
+    names = [f"layer.{i}.w" for i in range(100)]  # the "many" base (tools/vectors/generate.py)
+    reader = reference.open(path)
+    try:
+        codes = set()
+        for name in names:
+            try:
+                reader.tensor(name)
+            except reference.FormatError as exc:
+                codes.add(exc.code)
+            except KeyError:
+                pass
+        assert {"BAD_ENTRY_ORDER", "BAD_BUCKET_TABLE"} <= codes
+        assert "\ud800" not in reader  # a name no file can hold (not UTF-8): absent
+    finally:
+        reader.close()
+    assert len({bucket_of(fnv1a_64(n.encode()), 7) for n in names}) > 1  # several buckets
