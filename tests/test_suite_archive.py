@@ -94,7 +94,7 @@ def test_only_the_current_version_is_in_the_assets() -> None:
 
 def test_manifest_versions() -> None:
     assert MANIFEST["manifest_version"] == 2
-    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "1.0.0"
+    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "1.1.0"
     assert MANIFEST["spec_version"] == "2.0"  # spec/constants.py: VERSION_MAJOR.VERSION_MINOR
     assert "format_version" not in MANIFEST
 

@@ -11,6 +11,11 @@ They stand at the end of the dependency chain, ``spec`` <- ``reference`` <- ``co
     nothing and exits 1 naming each stale file.
 ``python -m tools.fuzz``
     fuzz the reference reader with mutated vectors.
+``python -m tools.fuzz.libfuzzer``, ``python -m tools.fuzz.atheris_reader``
+    coverage-guided fuzzing of the C loader (libFuzzer, ASan, UBSan) and of the reference
+    reader (atheris), seeded with every vector.
+``python -m tools.c_coverage``
+    line coverage of the C loader by the vectors alone and with fuzz corpora (gcov).
 ``python -m tools.kaitai``
     compile ``spec/awq2.ksy`` (the Kaitai Struct description, which ``tools.regen`` writes)
     with the pinned npm compiler and compare its Python parser with the reference on every

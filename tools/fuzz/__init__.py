@@ -71,4 +71,8 @@ The modules, one job each:
     the summary printed at the end;
 ``__main__``
     the command line.
+
+Beside it, coverage-guided fuzzing, seeded with the same vectors: ``libfuzzer`` builds and
+runs the C loader's libFuzzer target (``conformance/adapters/c/fuzz/``), ``atheris_reader``
+runs the reader path of ``target`` under atheris.
 """

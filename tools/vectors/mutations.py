@@ -88,6 +88,23 @@ def _gap_before_index(ed: FileEditor) -> None:
     ed.set_header(index_offset=at + 65536, file_size=len(ed.data)).refresh()
 
 
+def _gap_before_payload(ed: FileEditor) -> None:
+    """The last payload in slab order one 64 KiB block later than packing puts it."""
+    i = nonempty(ed)[-1]
+    at = int(ed.entries()[i]["data_offset"])
+    ed.data[at:at] = bytes(65536)
+    ed.set_header(index_offset=ed.index_offset + 65536, file_size=len(ed.data))
+    ed.set_entry(i, data_offset=at + 65536).refresh()  # the entry where the header now puts it
+
+
+def _layer_lacks_qzeros(ed: FileEditor) -> None:
+    """The qzeros entry renamed (same length, bucket and order) and made DENSE: a plain
+    tensor, valid on its own, so that only the layer's missing role breaks a rule."""
+    _rename_suffix(".qzeros", ".qzero")(ed)
+    ed.set_entry(_entry_named_stem(ed, ".qzero"), layout=0, bits=0, group_size=0, k=0, n=0)
+    ed.refresh()
+
+
 def _bad_utf8_name(ed: FileEditor) -> None:
     start, end = ed.name_range(last_entry(ed))
     ed.set_bytes(start, b"\xff" * (end - start)).refresh()
@@ -100,6 +117,26 @@ def _bucket_table_decreasing(ed: FileEditor) -> None:
     table[i + 1] = table[i] - 1 if table[i] else 0
     if table[i + 1] >= table[i]:
         table[i] = table[i + 1] + 1
+    ed.refresh()
+
+
+def _bucket_bound(at: int, value: Callable[[FileEditor], int]) -> Callable[[FileEditor], None]:
+    """Bound ``at`` of the bucket table (-1: the last) set to ``value(ed)``, checksums refreshed."""
+
+    def edit(ed: FileEditor) -> None:
+        bucket_table(ed)[at] = value(ed)
+        ed.refresh()
+
+    return edit
+
+
+def _entry_outside_its_bucket(ed: FileEditor) -> None:
+    """One inner bound raised by one: the first entry of that bucket now lies in the range of
+    the bucket before it (bounds still start at 0, never decrease, end at the count)."""
+    table = bucket_table(ed)
+    steps = np.diff(table.astype(np.int64))
+    i = int(np.flatnonzero(steps[1:] > 0)[0]) + 1  # bucket i >= 1 is not empty
+    table[i] += 1
     ed.refresh()
 
 
@@ -144,6 +181,15 @@ def _entry_named(ed: FileEditor, suffix: str) -> int:
         if bytes(ed.data[start:end]).endswith(suffix.encode()):
             return i
     raise KeyError(suffix)
+
+
+def _entry_named_stem(ed: FileEditor, stem: str) -> int:
+    """The entry whose name ends in ``stem`` plus one character (see :func:`_rename_suffix`)."""
+    for i in range(int(ed.h("tensor_count"))):
+        start, end = ed.name_range(i)
+        if bytes(ed.data[start : end - 1]).endswith(stem.encode()):
+            return i
+    raise KeyError(stem)
 
 
 def _set_quant(suffix: str, **fields: int) -> Callable[[FileEditor], object]:
@@ -310,17 +356,26 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_too_long", lambda ed: ed.set_header(metadata_length=MAX_METADATA_LENGTH + 1).refresh(entries=False, metadata=False), "LIMIT_METADATA", ("LIM-1", "LIM-5"), "open", "max_metadata_length + 1"),
     M("names_length_huge", lambda ed: ed.set_header(names_length=1 << 60).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-3", "IDX-10", "LIM-1"), "open", "name pool larger than the count allows"),
     M("index_length_wrong", lambda ed: ed.set_header(index_length=ed.h("index_length") - 8).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-1", "IDX-3"), "open", "index_length 8 short"),
+    M("dims_count_over_limit", lambda ed: ed.set_header(dims_count=ed.h("tensor_count") * 8 + 1).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-10",), "open", "dims_count one more than tensor_count x max_dims (found unreached by the C loader's coverage)"),
+    M("counts_disagree_with_index_length", lambda ed: ed.set_header(dims_count=ed.h("dims_count") - 1).refresh(entries=False, metadata=False), "BAD_INDEX_LAYOUT", ("IDX-3",), "open", "dims_count one less, index_length as it was: the sections add up to 8 bytes less (found unreached by the C loader's coverage)"),
     # trailer [TRL]
     M("trailer_magic", lambda ed: ed.set_bytes(len(ed.data) - 1, b"\r"), "BAD_TRAILER_MAGIC", ("TRL-1",), "open", "last byte changed"),
     M("trailer_checksum", lambda ed: ed.flip_bit(len(ed.data) - 20, 3), "BAD_TRAILER_CHECKSUM", ("TRL-2",), "open", "one trailer bit flipped"),
     M("trailer_disagrees", lambda ed: ed.set_trailer(index_offset=ed.index_offset + 65536).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer points elsewhere, its own checksum valid"),
+    M("trailer_index_length_disagrees", lambda ed: ed.set_trailer(index_length=ed.h("index_length") + 8).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer's index_length 8 more than the header's, its own checksum valid (found unreached by the C loader's coverage)"),
+    M("trailer_header_crc_disagrees", lambda ed: ed.set_trailer(header_crc=ed.h("header_crc") ^ 1).refresh_trailer_crc(), "TRAILER_MISMATCH", ("TRL-3",), "open", "trailer's copy of header_crc one bit off, its own checksum valid (found unreached by the C loader's coverage)"),
     # index [IDX, ENT, NAME]
     M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1", "RD-6"), "validate", "one name bit flipped"),
     M("bucket_table_decreasing", _bucket_table_decreasing, "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "a bucket bound out of order"),
     M("bucket_too_long", _one_long_bucket, "LIMIT_BUCKET", ("LIM-6", "IDX-5"), "validate", "100 entries in one bucket", base="many"),
+    M("bucket_table_first_not_zero", _bucket_bound(0, lambda ed: 1), "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "buckets[0] is 1 (found unreached by the C loader's coverage)"),
+    M("bucket_table_end_not_count", _bucket_bound(-1, lambda ed: ed.h("tensor_count") + 1), "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "the last bound one more than tensor_count (found unreached by the C loader's coverage)"),
+    M("entry_outside_its_bucket", _entry_outside_its_bucket, "BAD_ENTRY_ORDER", ("IDX-6", "IDX-8"), "validate", "a bound raised by one: an entry in the range of the bucket before its own (found unreached by the C loader's coverage)", base="many"),
     M("entry_checksum", lambda ed: ed.flip_bit(ed.entry_offset(0) + 8, 1).refresh(entries=False), "BAD_ENTRY_CHECKSUM", ("ENT-9", "CRC-1"), "validate", "entry bytes changed, entry_crc not"),
     M("entry_flags", lambda ed: ed.set_entry(0, flags=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-1",), "validate", "reserved entry flags"),
     M("dims_index_not_canonical", lambda ed: ed.set_entry(last_entry(ed), dims_index=0).refresh(), "BAD_ENTRY_FIELD", ("ENT-3",), "validate", "dims not packed in entry order"),
+    M("name_outside_pool", lambda ed: ed.set_entry(last_entry(ed), name_offset=ed.h("names_length")).refresh(entries=False), "BAD_ENTRY_FIELD", ("ENT-2", "IDX-9"), "validate", "the last entry's name starts at the end of the name pool (found unreached by the C loader's coverage)"),
+    M("dims_outside_section", lambda ed: ed.set_entry(last_entry(ed), dims_index=ed.h("dims_count") + 1).refresh(entries=False), "BAD_ENTRY_FIELD", ("ENT-3", "IDX-9"), "validate", "the last entry's dims start past the dims section (found unreached by the C loader's coverage)"),
     M("names_length_unused_byte", _spare_name_byte, "BAD_ENTRY_FIELD", ("ENT-2",), "validate", "names_length one more than the names add up to"),
     M("dims_count_unused_dim", _spare_dim, "BAD_ENTRY_FIELD", ("ENT-3",), "validate", "dims_count one more than the ndims add up to"),
     M("name_offset_not_canonical", lambda ed: ed.set_entry(0, name_offset=1).refresh(), "BAD_ENTRY_FIELD", ("ENT-2",), "validate", "names not packed in entry order"),
@@ -355,6 +410,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("empty_payload_misaligned", lambda ed: ed.set_entry(_empty_entry(ed), data_offset=SLAB_OFFSET + 8).refresh(), "MISALIGNED_OFFSET", ("SLAB-2", "SLAB-7"), "validate", "an empty payload 8 bytes past a boundary"),
     M("overlapping_payloads", _overlap, "OVERLAP", ("SLAB-4",), "validate", "two payloads at one offset"),
     M("gap_before_index", _gap_before_index, "SLAB_GAP", ("SLAB-1", "SLAB-5"), "validate", "a spare 64 KiB before the index"),
+    M("gap_before_payload", _gap_before_payload, "SLAB_GAP", ("SLAB-5",), "validate", "a spare 64 KiB before the last payload (found unreached by the C loader's coverage)"),
     M("hidden_bytes_in_header_padding", lambda ed: ed.set_bytes(0x8000, b"\x01"), "NONZERO_PADDING", ("PAD-1", "PAD-4"), "validate", "one byte in the header padding"),
     M("hidden_bytes_after_bucket_table", lambda ed: ed.set_bytes(ed.entries_offset - 1, b"\x01").refresh(), "NONZERO_PADDING", ("PAD-3", "PAD-4", "IDX-2"), "validate", "the bucket table's padding not zero"),
     M("hidden_payload_in_slab_gap", _hidden_payload, "NONZERO_PADDING", ("PAD-2", "PAD-4"), "validate", "a zip header after a payload"),
@@ -362,15 +418,23 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("marlin_k_not_multiple_of_128", _set_quant(".qweight", k=200), "BAD_QUANT_FIELDS", ("LAY-4", "LAY-5"), "validate", "k = 200 in a MARLIN_QWEIGHT entry"),
     M("group_size_not_dividing_k", _set_quant(".scales", group_size=96), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "group size 96 with k = 128"),
     M("bits_3", _set_quant(".qzeros", bits=3), "BAD_QUANT_FIELDS", ("LAY-3",), "validate", "bits = 3"),
+    M("quant_k_zero", _set_quant(".qweight", k=0), "BAD_QUANT_FIELDS", ("LAY-3",), "validate", "k = 0 in a MARLIN_QWEIGHT entry (found unreached by the C loader's coverage)"),
+    M("n_not_multiple_of_pack_factor", _set_quant(".qweight", n=68), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "n = 68 with bits 4: not a multiple of the pack factor 8 (found unreached by the C loader's coverage)"),
+    M("marlin_n_not_multiple_of_64", _set_quant(".qweight", n=72), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "n = 72 in a MARLIN_QWEIGHT entry: a multiple of 8, not of 64 (found unreached by the C loader's coverage)"),
+    M("marlin_group_size_16", _set_quant(".qweight", group_size=16), "BAD_QUANT_FIELDS", ("LAY-4",), "validate", "MARLIN_QWEIGHT with group size 16, a divisor of k = 128 (found unreached by the C loader's coverage)"),
+    M("qweight_dtype_u32", _set_quant(".qweight", dtype=DTYPE_BY_NAME["U32"].code), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "MARLIN_QWEIGHT stored as U32 (same size as I32) (found unreached by the C loader's coverage)"),
+    M("scales_dtype_i16", _set_quant(".scales", dtype=DTYPE_BY_NAME["I16"].code), "BAD_QUANT_FIELDS", ("LAY-6",), "validate", "MARLIN_SCALES stored as I16 (same size as F16) (found unreached by the C loader's coverage)"),
     M("scales_shape_wrong", _set_quant(".scales", n=128), "BAD_QUANT_FIELDS", ("LAY-5",), "validate", "scales entry says n = 128, stores [G, 64]"),
     M("layer_mixed_layout_families", _set_quant(".scales", layout=LAYOUT_BY_NAME["AWQ_SCALES"].code), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "AWQ_SCALES (same dtype and shape) beside MARLIN_QWEIGHT and MARLIN_QZEROS"),
     M("layer_without_qzeros", _rename_suffix(".qzeros", ".qzero"), "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "a MARLIN_QZEROS entry renamed <prefix>.qzero? (one letter changed): not named for its role, and the layer lacks qzeros"),
+    M("layer_lacks_qzeros", _layer_lacks_qzeros, "BAD_QUANT_FIELDS", ("LAY-7",), "validate", "the qzeros entry renamed <prefix>.qzero? and made DENSE: the layer has no qzeros (found unreached by the C loader's coverage)"),
     M("layer_bias_shape_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["F32"].code, dim=32), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias F32 [32] where n = 64"),
     M("layer_bias_dtype_wrong", lambda ed: _bias(ed, dtype=DTYPE_BY_NAME["I16"].code), "BAD_QUANT_FIELDS", ("LAY-10",), "validate", "a layer's bias I16 [64]: not a float dtype"),
     # metadata [META]
     M("metadata_checksum", lambda ed: ed.set_header(metadata_crc=1).refresh(metadata=False), "BAD_METADATA_CHECKSUM", ("META-4",), "validate", "metadata_crc wrong"),
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
     M("metadata_bom", _metadata_bom, "BAD_METADATA", ("META-1",), "validate", "UTF-8 byte order mark"),
+    M("metadata_invalid_utf8", lambda ed: ed.set_bytes(ed.metadata_offset + 2, b"\xff").refresh(), "BAD_METADATA", ("META-1",), "validate", "byte 0xFF inside the metadata's first key (found unreached by the C loader's coverage)"),
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
     M("metadata_duplicate_empty_key", _metadata(b'{"":1,"":2}'), "BAD_METADATA", ("META-2",), "validate", "the empty key given twice"),
     M("metadata_escaped_duplicate_key", _metadata(rb'{"a":1,"\u0061":2}'), "BAD_METADATA", ("META-2",), "validate", "keys \"a\" and \"\\u0061\": duplicates once escapes are decoded"),

@@ -142,4 +142,11 @@ typedef struct {
 int awq2_decode_layer(const awq2_file *f, const awq2_entry *qw, const awq2_entry *sc,
                       const awq2_entry *qz, awq2_layer_hashes *out, awq2_error *err);
 
+/* ---------------------------------------------------------------- the document (describe.c) */
+
+/* The adapter's JSON document of a file that passed awq2_open, awq2_validate and awq2_verify:
+ * 0 with *doc (malloc'ed, the caller frees it) and *len, -1 with err (a layer that does not
+ * decode), -2 out of memory. */
+int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err);
+
 #endif

@@ -48,13 +48,23 @@ static uint32_t le32(const uint8_t *p)
 }
 static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
+/* n bytes of zeros?  Else *first is the first non-zero one.  Compared a block at a time with
+ * memcmp (the padding to check is up to 64 KiB a payload), then byte by byte in the block
+ * that differs. */
 static int all_zero(const uint8_t *p, size_t n, size_t *first)
 {
-    for (size_t i = 0; i < n; i++)
-        if (p[i]) {
-            *first = i;
-            return 0;
-        }
+    static const uint8_t zeros[4096];
+    size_t at = 0;
+    while (at < n) {
+        size_t len = n - at < sizeof zeros ? n - at : sizeof zeros;
+        if (memcmp(p + at, zeros, len) != 0)
+            for (size_t i = at; i < at + len; i++)
+                if (p[i]) {
+                    *first = i;
+                    return 0;
+                }
+        at += len;
+    }
     return 1;
 }
 
