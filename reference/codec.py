@@ -354,23 +354,39 @@ _AWQ4_COLUMNS = (
 def _awq_unpack4(words: NDArray[np.int32], dst: NDArray[np.uint8]) -> None:
     """:func:`awq_unpack` for 4 bits into ``dst`` (``uint8[rows, 8 * m]``), with 32-bit shifts
     and masks in place (a few passes over the words, no per-field temporaries), each half of
-    the output row a byte per column."""
+    the output row a byte per column; in blocks of rows (:func:`_row_blocks`)."""
     rows, m = words.shape
-    x = words.view(_U32)
-    out = dst.view(_U32).reshape(rows, m, 2)
-    acc = scratch.empty("awq_unpack4.acc", (rows, m), _U32)
-    part = scratch.empty("awq_unpack4.part", (rows, m), _U32)
-    for half, pieces in enumerate(_AWQ4_COLUMNS):
-        for i, (shift, mask) in enumerate(pieces):
-            dst = acc if i == 0 else part
-            if shift >= 0:
-                np.right_shift(x, np.uint32(shift), out=dst)
-            else:
-                np.left_shift(x, np.uint32(-shift), out=dst)
-            np.bitwise_and(dst, np.uint32(mask), out=dst)
-            if i:
-                np.bitwise_or(acc, part, out=acc)
-        out[:, :, half] = acc
+    for r0, r1 in _row_blocks(rows, m * 4):
+        x = words[r0:r1].view(_U32)
+        out = dst[r0:r1].view(_U32).reshape(r1 - r0, m, 2)
+        acc = scratch.empty("awq_unpack4.acc", (r1 - r0, m), _U32)
+        part = scratch.empty("awq_unpack4.part", (r1 - r0, m), _U32)
+        for half, pieces in enumerate(_AWQ4_COLUMNS):
+            for i, (shift, mask) in enumerate(pieces):
+                target = acc if i == 0 else part
+                if shift >= 0:
+                    np.right_shift(x, np.uint32(shift), out=target)
+                else:
+                    np.left_shift(x, np.uint32(-shift), out=target)
+                np.bitwise_and(target, np.uint32(mask), out=target)
+                if i:
+                    np.bitwise_or(acc, part, out=acc)
+            out[:, :, half] = acc
+
+
+#: Bytes of input per block of :func:`_row_blocks`: the passes over a block and its
+#: temporaries stay in the processor's caches instead of going to memory once per pass (the
+#: 4-bit unpacking and swizzle of a 2048 x 5632 layer: 0.092 s whole, 0.064 s in blocks of
+#: about 1 MiB, one thread; 0.120 s and 0.091 s for two threads at once; blocks of 256 KiB
+#: were slower with two threads, the per-call overhead and the GIL then dominating).
+_BLOCK_BYTES = 1 << 20
+
+
+def _row_blocks(rows: int, row_bytes: int, multiple: int = 1) -> list[tuple[int, int]]:
+    """``[r0, r1)`` ranges covering ``rows``, each about :data:`_BLOCK_BYTES` of rows of
+    ``row_bytes``, a whole number of ``multiple`` rows (the last may be shorter)."""
+    step = max(1, _BLOCK_BYTES // max(1, row_bytes * multiple)) * multiple
+    return [(r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
 
 
 def ct_pack(q: NDArray[np.uint8], bits: int) -> NDArray[np.int32]:
@@ -496,6 +512,14 @@ def swizzle_qweight(
     rows = k // TILE_K
     shape = (rows, n * 16 * bits // 32)
     dst = np.empty(shape, dtype=_I32) if out is None else _check_out(out, shape, _I32)
+    for r0, r1 in _row_blocks(rows, 16 * n):  # Marlin rows are independent of one another
+        _swizzle_rows(codes[r0 * TILE_K : r1 * TILE_K], bits, dst[r0:r1])
+    return dst
+
+
+def _swizzle_rows(codes: NDArray[np.uint8], bits: int, dst: NDArray[np.int32]) -> None:
+    """:func:`swizzle_qweight` of whole Marlin rows (``16 * rows`` rows of codes)."""
+    rows, n = dst.shape[0], codes.shape[1]
     x = codes.reshape(rows, 16 * n).view(_U64)  # per row: (hk, l4, dk, T, S, blk) x 8 bytes c
     if bits == 4:
         # Merge the nibble pair hk into one byte, writing the pair axis blk outermost.
@@ -510,11 +534,10 @@ def swizzle_qweight(
         _byte_swap_pairs(pre[:, 0], pre[:, 1], pre[:, 0], pre[:, 1], tmp)
     else:
         pairs = x.reshape(rows, 2, n)  # (R, hk, l4 dk T S blk) x bytes c
-        pre = np.empty((rows, 2, n), dtype=_U64)
+        pre = scratch.empty("swizzle.pre", (rows, 2, n), _U64)
         _byte_swap_pairs(pairs[:, 0], pairs[:, 1], pre[:, 0], pre[:, 1], pre[:, 0])
     units = pre.reshape(rows, -1).view(_U16)
     np.take(units, _u16_gather(bits, n), axis=1, out=dst.view(_U16), mode="clip")
-    return dst
 
 
 def unswizzle_qweight(

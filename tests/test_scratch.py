@@ -85,3 +85,24 @@ def test_awq_unpack_refuses_a_wrong_out():
         codec.awq_unpack(words, 4, out=np.empty((16, 63), dtype=np.uint8))
     with pytest.raises(CodecError, match="must be uint8"):
         codec.awq_unpack(words, 4, out=np.empty((16, 64), dtype=np.int8))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_blocks_of_rows_give_the_bytes_of_the_slow_reference(monkeypatch, bits):
+    """The codec works in blocks of rows (``_BLOCK_BYTES``); with blocks of a few rows, and
+    a last block shorter than the others, the Marlin words still equal the pure-Python
+    reference of tests/marlin_slow.py and the codes still equal what was packed."""
+    import marlin_slow as slow
+
+    monkeypatch.setattr(codec, "_BLOCK_BYTES", 700)
+    rng = np.random.default_rng(40 + bits)
+    k, n = 16 * 5, 64  # five Marlin rows: blocks of 1 (bits 4: 1 KiB a row) or 2 rows
+    q = rng.integers(0, 2**bits, size=(k, n), dtype=np.uint8)
+    assert len(codec._row_blocks(k // 16, 16 * n)) > 1
+    assert len(codec._row_blocks(k, n * bits // 8)) > 1
+    with scratch.reusing():
+        words = codec.awq_pack(q, bits)
+        np.testing.assert_array_equal(codec.awq_unpack(words, bits), q)
+        mq = codec.swizzle_qweight(q, bits)
+    expected = np.array(slow.swizzle_qweight(q.tolist(), bits), dtype=np.int64).astype(np.uint32)
+    np.testing.assert_array_equal(mq.view(np.uint32), expected)
