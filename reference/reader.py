@@ -33,6 +33,7 @@ from reference.layers import LinearLayer, dequantize_layer, find_layers, read_li
 from reference.legacy import Checkpoint, open_checkpoint
 from reference.metadata import parse_metadata
 from reference.order import slab_order
+from reference.residency import resident
 from reference.rules import TensorInfo
 from reference.validate import validate_index
 from spec.algorithms import crc32c
@@ -94,6 +95,14 @@ class Reader:
     def file_size(self) -> int:
         return self._index.file_size
 
+    def fileno(self) -> int:
+        """The descriptor of the file this reader opened and mapped (the same file even if
+        its path was since replaced); ``OSError`` for a ``copy=True`` snapshot, which holds
+        none."""
+        if self._fd < 0:
+            raise OSError(f"{self.path}: a snapshot reader (copy=True) holds no descriptor")
+        return self._fd
+
     # ------------------------------------------------------------------ public API
 
     def __len__(self) -> int:
@@ -145,37 +154,31 @@ class Reader:
             yield info, self._index.view(info)
 
     def read_into(self, tensor: str | TensorInfo, out: Any) -> NDArray[Any]:
-        """Read one payload into a caller's buffer (preallocated, pinned...) with positioned
-        reads instead of the memory map, and return ``out``'s first ``length`` bytes viewed
-        with the tensor's NumPy type (:mod:`reference.dtypes`) and shape.  ``tensor`` is a
-        name, or a ``TensorInfo`` this reader returned (from ``entries()``), which skips the
-        lookup.  A file truncated meanwhile raises ``TRUNCATED`` here, where a mapped view
-        would fault (SIGBUS)."""
-        info = tensor if isinstance(tensor, TensorInfo) else self.entry(tensor)
-        target = memoryview(out).cast("B")
-        if len(target) < info.length:
-            raise ValueError(f"buffer of {len(target)} bytes for a {info.length}-byte payload")
-        done = 0
-        if isinstance(self._data, bytes):  # copy=True: from the snapshot, not the file
-            target[: info.length] = self._data[info.offset : info.offset + info.length]
-            done = info.length
-        while done < info.length:
-            got = os.preadv(self._fd, [target[done : info.length]], info.offset + done)
-            if got == 0:
-                message = f"file ended inside the payload of {info.name!r}"
-                at, end = info.offset + done, info.offset + info.length
-                raise field_error("TRUNCATED", message, at, end, at)
-            done += got
-        dtype = numpy_dtype(info.dtype)
-        return np.frombuffer(target[: info.length], dtype).reshape(info.shape)
+        """Read one payload into a caller's buffer (preallocated, pinned...) and return
+        ``out``'s first ``length`` bytes viewed with the tensor's NumPy type
+        (:mod:`reference.dtypes`) and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
+        reader returned (from ``entries()``), which skips the lookup.  The bytes come as
+        :meth:`read_many_into` fetches them: copied from the map where already in memory,
+        else by positioned reads; a file found shorter than the payload raises ``TRUNCATED``."""
+        return self.read_many_into([(tensor, out)])[0]
 
     def read_many_into(self, items: Iterable[tuple[str | TensorInfo, Any]]) -> list[NDArray[Any]]:
         """``read_into`` for many tensors at once, returning the arrays in the order given.
 
-        Payloads that follow one another in the slab are read together: one ``preadv`` per
-        run of up to 64 MiB, the zero padding between them read into a scratch block, so a
-        loader that wants the whole model reads the file front to back in large requests,
-        as fast as a plain sequential read, and each payload still lands in its own buffer.
+        Payloads that follow one another in the slab are fetched together, in runs of up to
+        64 MiB (the zero padding between them goes to a scratch block), front to back, and
+        each payload lands in its own buffer.  Each run is fetched the faster way for where
+        its bytes are (``bench/bench_load.py`` measures both; ``docs/benchmarks.md``):
+
+        * all of its pages in the page cache (:func:`reference.residency.resident`): copied
+          out of the memory map (a user-space copy; positioned reads were 2-4x slower here);
+        * otherwise: one ``preadv`` (the kernel reads ahead in large requests; a copy out
+          of the map waited on page faults, 2x slower from a cold cache).
+
+        The size of the file is taken (``fstat``) once per call: a run that now lies past
+        its end is read, not copied, and raises ``TRUNCATED``.  A file truncated *during*
+        the copy faults like any mapped view (SIGBUS, see :class:`Reader`); a reader opened
+        with ``copy=True`` copies from its private snapshot instead.
         """
         jobs = []
         for tensor, out in items:
@@ -189,6 +192,7 @@ class Reader:
                 target[:] = self._data[info.offset : info.offset + info.length]
         else:
             scratch = memoryview(bytearray(ALIGNMENT))
+            file_end = os.fstat(self._fd).st_size
             run: list[memoryview] = []
             run_start = run_end = 0
             for info, target in sorted(
@@ -197,7 +201,7 @@ class Reader:
                 gap = info.offset - run_end
                 if run and (gap < 0 or gap >= ALIGNMENT or run_end - run_start > _RUN_BYTES
                             or len(run) + 2 > _IOV_MAX):  # fmt: skip
-                    self._preadv_exact(run, run_start)
+                    self._fetch(run, run_start, file_end)
                     run = []
                 if not run:
                     run_start = run_end = info.offset
@@ -206,11 +210,25 @@ class Reader:
                 run.append(target)
                 run_end = info.offset + info.length
             if run:
-                self._preadv_exact(run, run_start)
+                self._fetch(run, run_start, file_end)
         return [
             np.frombuffer(target, numpy_dtype(info.dtype)).reshape(info.shape)
             for info, target in jobs
         ]
+
+    def _fetch(self, views: list[memoryview], offset: int, file_end: int) -> None:
+        """Fill every view from ``offset`` on: from the map when every byte is in memory and
+        before ``file_end`` (the file's size now), else by positioned reads."""
+        end = offset + sum(len(v) for v in views)
+        buf = self._index.buf
+        in_map = end <= min(file_end, len(buf))
+        if not (in_map and resident(buf.ctypes.data + offset, end - offset)):
+            self._preadv_exact(views, offset)
+            return
+        with memoryview(self._data) as mapped:
+            for view in views:
+                view[:] = mapped[offset : offset + len(view)]
+                offset += len(view)
 
     def _pread(self, start: int, end: int) -> bytearray:
         """Bytes ``[start, end)`` by positioned reads (not through the map)."""

@@ -8,8 +8,11 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
 
 * ``load_file(filename, device="cpu")`` returns ``dict[str, torch.Tensor]``, every tensor of
   the file, on ``device`` (a ``str``, an ``int`` or a ``torch.device``); a missing file raises
-  ``FileNotFoundError``.  safetensors' keyword-only ``backend`` has no counterpart: reads here
-  are always positioned reads (:meth:`~reference.reader.Reader.read_many_into`).
+  ``FileNotFoundError``.  Its keyword-only ``backend``, ``"mmap"`` by default or ``"pread"``,
+  has the same meaning here: on the CPU, ``"mmap"`` tensors are views of one private
+  (copy-on-write) map of the file, read when touched (safetensors' Rust binding makes them
+  with ``torch.UntypedStorage.from_file(..., shared=False)``), and ``"pread"`` reads every
+  byte up front (:meth:`~reference.reader.Reader.read_many_into`).
 * ``save_file(tensors, filename, metadata=None)``: ``tensors`` must be a ``dict`` of dense
   (``torch.strided``) tensors; a tensor that is not contiguous is refused, and so are
   tensors whose bytes overlap (safetensors' ``_find_shared_tensors`` and
@@ -25,12 +28,12 @@ assumes a little-endian host (``safetensors.torch`` byteswaps on a big-endian on
 module does not).
 
 Reads go straight into the destination storage [DT-1: the stored bits, never converted]:
-on the CPU each tensor is ``torch.empty(shape, dtype)`` and the reader's bulk read fills a
-NumPy view of its bytes, with no copy beyond the read.  For a CUDA device the reads land in
-pinned host tensors, staged in batches of at most 256 MiB, each copied with one
-``.to(device, non_blocking=True)``; the stream is synchronised before returning.  The CUDA
-path is not run by this project's tests (no GPU); a CPU test runs the same staging code with
-pinning off.
+on the CPU with ``backend="pread"`` each tensor is ``torch.empty(shape, dtype)`` and the
+reader's bulk read fills a NumPy view of its bytes, with no copy beyond the read.  For a
+CUDA device the reads land in pinned host tensors, staged in batches of at most 256 MiB,
+each copied with one ``.to(device, non_blocking=True)``; the stream is synchronised before
+returning.  The CUDA path is not run by this project's tests (no GPU); a CPU test runs the
+same staging code with pinning off.
 
 :func:`load_linear` returns what vLLM's Marlin kernel takes, in the dtypes its code uses
 (``vllm/model_executor/layers/quantization/kernels/mixed_precision/marlin.py`` and
@@ -46,6 +49,7 @@ unconverted: Marlin takes none, the caller decides.  The bias is plain, as store
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -104,14 +108,47 @@ class TorchMetadataError(TorchSaveError, TypeError):
 
 
 def load_file(
-    filename: str | os.PathLike[str], device: Any = "cpu", *, validate: bool = True
+    filename: str | os.PathLike[str],
+    device: Any = "cpu",
+    *,
+    backend: Literal["mmap", "pread"] = "mmap",
+    validate: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Every tensor of an AWQ-v2 file, on ``device``, like ``safetensors.torch.load_file``.
     The file is fully validated first [RD-2] (payload checksums are not: ``Reader.verify``);
-    ``validate=False`` leaves the opening and per-entry checks only [RD-1, ENT-7]."""
+    ``validate=False`` leaves the opening and per-entry checks only [RD-1, ENT-7].
+
+    ``backend`` has safetensors' meaning, on the CPU: ``"mmap"`` (the default) returns
+    tensors in one private, copy-on-write map of the file (read when first touched; writing
+    to a tensor changes only the process's copy; a file truncated while mapped faults on
+    touch, SIGBUS, as with safetensors); ``"pread"`` reads every byte now, into fresh
+    tensors, with the reader's bulk read.  For another device both read into pinned host
+    memory and copy it over."""
+    if backend not in ("mmap", "pread"):
+        raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
     with Reader(filename, validate=validate) as reader:
         infos = reader.entries()
-        return dict(zip((i.name for i in infos), read_entries(reader, infos, device), strict=True))
+        if backend == "mmap" and torch.device(device).type == "cpu":
+            tensors = _mapped(reader, infos)
+        else:
+            tensors = read_entries(reader, infos, device)
+        return dict(zip((i.name for i in infos), tensors, strict=True))
+
+
+def _mapped(reader: Reader, infos: list[TensorInfo]) -> list[torch.Tensor]:
+    """Each tensor a view of one private map of the reader's own file (``ACCESS_COPY``:
+    ``MAP_PRIVATE``, writable); payloads are 64 KiB-aligned [SLAB-2], so every view is
+    aligned for its type."""
+    private = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_COPY)
+    whole = torch.frombuffer(private, dtype=torch.uint8)  # keeps the map alive
+    return [
+        whole[info.offset : info.offset + info.length]
+        .view(TORCH_DTYPES[info.dtype])
+        .view(info.shape)
+        if info.length
+        else torch.empty(info.shape, dtype=TORCH_DTYPES[info.dtype])
+        for info in infos
+    ]
 
 
 def read_entries(

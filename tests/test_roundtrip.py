@@ -300,6 +300,9 @@ def test_read_many_into_gives_every_payload_in_the_order_asked(sample_file, copy
 
 def test_read_many_into_across_short_reads(sample_file, monkeypatch):
     """preadv may return fewer bytes than asked: the reader carries on where it stopped."""
+    import reference.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "resident", lambda address, length: False)  # reads
     real = os.preadv
 
     def short(fd, buffers, offset):
@@ -312,6 +315,57 @@ def test_read_many_into_across_short_reads(sample_file, monkeypatch):
         got = reader.read_many_into((i, np.empty(i.length, np.uint8)) for i in infos)
         for info, array in zip(infos, got):
             np.testing.assert_array_equal(array, reader.tensor(info.name))
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_read_many_into_copies_from_the_map_only_what_is_in_memory(
+    sample_file, in_memory, monkeypatch
+):
+    """A run whose pages are all in the page cache is copied out of the map (no read); any
+    other is read with preadv.  Either way each payload equals the stored one."""
+    import reference.reader as reader_module
+
+    asked: list[int] = []
+    reads: list[int] = []
+    real = os.preadv
+
+    def residency(address, length):
+        asked.append(length)
+        return in_memory
+
+    def counting(fd, buffers, offset):
+        reads.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(reader_module, "resident", residency)
+    monkeypatch.setattr(os, "preadv", counting)
+    tensors = sample_tensors()
+    with reference.open(sample_file) as reader:
+        infos = reader.entries()
+        got = reader.read_many_into((i, np.empty(i.length, np.uint8)) for i in infos)
+        for info, array in zip(infos, got):
+            np.testing.assert_array_equal(array, tensors[info.name])
+    assert asked  # the choice was made
+    assert bool(reads) is not in_memory
+
+
+def test_resident_tells_pages_in_memory():
+    """mincore through ctypes, on anonymous memory (deterministic: a page is resident once
+    written, not before): every page of the range must be, a range that starts or ends
+    inside a page counts that page."""
+    import mmap
+
+    from reference.residency import PAGE, resident
+
+    with mmap.mmap(-1, 4 * PAGE) as m:
+        address = np.frombuffer(m, np.uint8).ctypes.data
+        assert not resident(address, PAGE)
+        m[PAGE + 7] = 1  # page 1 now resident
+        assert resident(address + PAGE, PAGE)
+        assert resident(address + PAGE + 100, 50)
+        assert not resident(address + PAGE, PAGE + 1)  # reaches into page 2
+        assert not resident(address + PAGE - 1, 2)  # starts in page 0
+        assert not resident(address + PAGE, 0)
 
 
 def test_read_into_reports_a_file_truncated_after_open(sample_file):

@@ -110,11 +110,12 @@ def files(converted: Path) -> list[Path]:
 # ------------------------------------------------------------------------------ load_file
 
 
-def test_load_file_equals_the_numpy_reader_bit_for_bit(converted: Path) -> None:
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_load_file_equals_the_numpy_reader_bit_for_bit(converted: Path, backend: str) -> None:
     """Every dtype of the registry, the stored bits unchanged in the torch type [DT-1]."""
     seen = set()
     for path in files(converted):
-        loaded = rt.load_file(path)
+        loaded = rt.load_file(path, backend=backend)
         with reference.open(path) as f:
             assert list(loaded) == f.names(), path.name
             for info in f.entries():
@@ -134,12 +135,34 @@ def test_cpu_reads_land_in_the_tensors_storage(converted: Path, monkeypatch) -> 
         return real(self, items)
 
     monkeypatch.setattr(Reader, "read_many_into", spy)
-    loaded = rt.load_file(converted)
+    loaded = rt.load_file(converted, backend="pread")
     assert len(calls) == 1
     assert len(calls[0]) == len(loaded)
     for buffer, tensor in zip(calls[0], loaded.values()):
         assert buffer.__array_interface__["data"][0] == tensor.data_ptr()
         assert buffer.nbytes == tensor.numel() * tensor.element_size()
+
+
+def test_the_mmap_backend_maps_once_reads_nothing_and_writes_privately(converted, tmp_path):
+    """backend="mmap" (safetensors' default): every tensor a view of one private map, no
+    bulk read; a write to a tensor changes neither the file nor a second load."""
+    copy = tmp_path / "copy.awq2"
+    copy.write_bytes(converted.read_bytes())
+    before = copy.read_bytes()
+    loaded = rt.load_file(copy)
+    storages = {t.untyped_storage().data_ptr() for t in loaded.values() if t.numel()}
+    assert len(storages) == 1
+    name = next(n for n, t in loaded.items() if t.numel() and t.dtype == torch.float16)
+    loaded[name].fill_(1.0)
+    assert copy.read_bytes() == before
+    again = rt.load_file(copy)
+    with reference.open(copy) as f:
+        assert_same(again[name], f.tensor(name), "F16", name)
+
+
+def test_load_file_refuses_an_unknown_backend(converted: Path) -> None:
+    with pytest.raises(ValueError, match="backend"):
+        rt.load_file(converted, backend="direct")
 
 
 def test_the_staging_path_with_pinning_off_gives_the_same_tensors(converted, monkeypatch):
@@ -181,8 +204,14 @@ def test_load_file_equals_safetensors_load_file_saved_both_ways(tmp_path: Path) 
     rt.save_file(tensors, ours, metadata={"format": "pt"})
     safetensors.torch.save_file(tensors, theirs, metadata={"format": "pt"})
     a, b = rt.load_file(ours), safetensors.torch.load_file(theirs)
-    assert a.keys() == b.keys() == tensors.keys()
+    ap, bp = (
+        rt.load_file(ours, backend="pread"),
+        safetensors.torch.load_file(theirs, backend="pread"),
+    )
+    assert a.keys() == b.keys() == ap.keys() == bp.keys() == tensors.keys()
     for name in tensors:
+        assert np.array_equal(tensor_bytes(ap[name]), tensor_bytes(bp[name])), name
+        assert np.array_equal(tensor_bytes(ap[name]), tensor_bytes(a[name])), name
         assert a[name].dtype == b[name].dtype == tensors[name].dtype, name
         assert a[name].shape == b[name].shape == tensors[name].shape, name
         assert np.array_equal(tensor_bytes(a[name]), tensor_bytes(b[name])), name
