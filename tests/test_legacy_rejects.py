@@ -322,6 +322,16 @@ def test_tensor_not_in_the_checkpoint(tmp_path):
             v1.tensor("")
 
 
+@pytest.mark.parametrize("family", ["V1", "CT"])
+def test_linear_of_a_prefix_that_is_no_layer(tmp_path, family):
+    """RD API: ``linear()`` of a dense tensor's prefix, or of nothing stored, is
+    TensorNotFoundError naming the qweight it looked for."""
+    with reference.open(base(tmp_path, family)) as src:
+        for prefix in ("model.embed_tokens", "model.layers.9.mlp.up_proj"):
+            with pytest.raises(TensorNotFoundError, match=f"{prefix}.qweight"):
+                src.linear(prefix)
+
+
 def test_shard_replaced_after_opening(tmp_path):
     """V1-3: a shard replaced after opening by a valid one that lacks a tensor its header had
     is refused when the tensor is read (offset: where the payload was), not a traceback."""
