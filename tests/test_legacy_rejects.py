@@ -312,6 +312,25 @@ def test_unreadable_shard_index(tmp_path, capsys, family):
     assert "model.safetensors.index.json cannot be read" in err.message
 
 
+@needs_proc_mem
+@pytest.mark.parametrize("family", ["V1", "CT"])
+def test_unreadable_shard_is_an_input_error(tmp_path, capsys, family):
+    """A shard that cannot be read is no format error but an unreadable input: an OSError that
+    names the shard from ``reference.open``, exit status 3 (their I/O status) from convert,
+    which names it too, and from dump."""
+    folder = base(tmp_path, family)
+    shard = folder / "model.safetensors"
+    _unreadable(shard)
+    with pytest.raises(OSError, match="Input/output error") as raised:
+        reference.open(folder)
+    assert raised.value.filename == str(shard)
+    dst = tmp_path / "out.awq2"
+    assert convert_main([str(folder), str(dst), "--quiet"]) == 3
+    assert str(shard) in capsys.readouterr().err
+    assert not dst.exists()
+    assert dump_main([str(folder), "--json"], out=io.StringIO()) == 3
+
+
 def test_tensor_not_in_the_checkpoint(tmp_path):
     """RD API: a name the checkpoint does not hold is TensorNotFoundError (a KeyError), not a
     format error."""
