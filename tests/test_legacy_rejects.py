@@ -331,14 +331,19 @@ def test_unreadable_shard_is_an_input_error(tmp_path, capsys, family):
     assert dump_main([str(folder), "--json"], out=io.StringIO()) == 3
 
 
-def test_tensor_not_in_the_checkpoint(tmp_path):
-    """RD API: a name the checkpoint does not hold is TensorNotFoundError (a KeyError), not a
-    format error."""
-    with reference.open(v1_folder(tmp_path)) as v1:
-        with pytest.raises(TensorNotFoundError):
-            v1.tensor("model.layers.0.self_attn.q_proj.weight")
-        with pytest.raises(KeyError):
-            v1.tensor("")
+@pytest.mark.parametrize("family", ["V1", "CT"])
+def test_tensor_not_in_the_checkpoint(tmp_path, family):
+    """RD API: a name the checkpoint does not present (for compressed-tensors, a stored part
+    such as weight_packed is not presented either) is TensorNotFoundError, a KeyError, from
+    ``entry()`` and ``tensor()``; iteration gives exactly the presented names."""
+    stored_part = f"{CT_PREFIX}.weight_packed" if family == "CT" else ""
+    with reference.open(base(tmp_path, family)) as src:
+        assert list(src) == src.names() and stored_part not in src.names()
+        for name in ("model.layers.0.self_attn.q_proj.weight", stored_part):
+            with pytest.raises(TensorNotFoundError):
+                src.entry(name)
+            with pytest.raises(KeyError):
+                src.tensor(name)
 
 
 @pytest.mark.parametrize("family", ["V1", "CT"])
