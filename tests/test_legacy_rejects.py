@@ -114,13 +114,16 @@ def refused(src: Path, code: str, tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_the_crafted_bases_open(tmp_path):
-    """V1-1, CT-1: both bases are valid, so each test below refuses only what it breaks."""
+    """V1-1, CT-1: both bases are valid (dump validates and verifies them), so each test
+    below refuses only what it breaks."""
     with reference.open(v1_folder(tmp_path)) as v1:
         assert v1.layers() == [V1_PREFIX]
         assert v1.entry(f"{V1_PREFIX}.qweight").shape == (K, N // PF)
     with reference.open(ct_folder(tmp_path)) as ct:
         assert isinstance(ct, CompressedReader)
         assert CT_PREFIX in ct.layers()
+    for folder in (tmp_path / "v1", tmp_path / "ct"):
+        assert dump_main([str(folder), "--json", "--verify"], out=io.StringIO()) == 0
 
 
 # ------------------------------------------------------------------------------ AWQ v1
