@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,7 +75,7 @@ def read_safetensors_header(
     [V1-3, CT-4]."""
     size = path.stat().st_size
     with open_regular(path) as f:
-        head = f.read(8)
+        head = _read(f, 8, path)
         if len(head) < 8:
             raise legacy_error(family, "INCOMPLETE", f"{path.name}: truncated safetensors file",
                                offset=0, expected=">= 8 bytes", found=len(head),
@@ -86,7 +86,7 @@ def read_safetensors_header(
                                f"{path.name}: safetensors header length out of range",
                                offset=0, expected=f"<= {min(MAX_ST_HEADER, size - 8)}",
                                found=length, path=str(path))  # fmt: skip
-        raw = f.read(length)
+        raw = _read(f, length, path)
     depth = lexical_depth(raw)  # measured before parsing: no recursion on hostile nesting
     if depth > MAX_METADATA_DEPTH:
         raise legacy_error(family, "INCOMPLETE",
@@ -110,6 +110,15 @@ def read_safetensors_header(
         name: _st_tensor(path, name, spec, base, size, family) for name, spec in header.items()
     }
     return tensors, metadata
+
+
+def _read(f: BinaryIO, n: int, path: Path) -> bytes:
+    """``f.read(n)``; a failed read raises an OSError that names the file (the one ``read``
+    raises names none, and a checkpoint has several)."""
+    try:
+        return f.read(n)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
 
 
 def _st_tensor(path: Path, name: str, spec: Any, base: int, size: int, family: str) -> StTensor:

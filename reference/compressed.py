@@ -175,9 +175,11 @@ def _group(name: str, g: Any, global_format: str) -> Group:
             raise _unsupported("activation quantisation (W4A8, W8A8 ...) is not W4A16",
                                f"{where}.{key}", None, g[key])  # fmt: skip
     w = g.get("weights")
-    if not isinstance(w, dict):
+    if w is None:  # QuantizationScheme allows it: a scheme that quantises no weight
         raise _unsupported("a group without weight quantisation", f"{where}.weights",
                            "an object", w)  # fmt: skip
+    if not isinstance(w, dict):  # CT-3: weights are QuantizationArgs, an object
+        raise _bad_config("not an object", f"{where}.weights", "an object", w)
     return _weights(name, f"{where}.weights", w)
 
 
