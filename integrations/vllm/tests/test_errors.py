@@ -13,8 +13,8 @@ from reference.examples import LlamaShape, write_checkpoint
 
 @pytest.fixture(scope="module", autouse=True)
 def distributed():
-    vllm_cpu.init_distributed(0, 1, vllm_cpu.ports() + 7)
     with vllm_cpu.vllm_context():
+        vllm_cpu.init_distributed(0, 1, vllm_cpu.ports() + 7)
         yield
 
 

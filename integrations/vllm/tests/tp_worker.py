@@ -18,9 +18,9 @@ import vllm_cpu
 def main() -> None:
     rank, world, port = (int(a) for a in sys.argv[1:4])
     v1, served, out = Path(sys.argv[4]), Path(sys.argv[5]), Path(sys.argv[6])
-    vllm_cpu.init_distributed(rank, world, port)
     rows = []
     with vllm_cpu.vllm_context():
+        vllm_cpu.init_distributed(rank, world, port)
         for kind in vllm_cpu.LINEAR_KINDS:
             ref = vllm_cpu.reference_awq_layer(kind, v1)
             got = vllm_cpu.plugin_layer(kind, served)
