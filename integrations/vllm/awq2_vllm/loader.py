@@ -22,6 +22,7 @@ Every other tensor (embeddings, norms, lm_head) goes through the model's own
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,9 +101,10 @@ def _load_part(layer: Any, reader: Reader, part: Part, where: str, whole: bool) 
 def _copy_into(target: torch.Tensor, array: Any) -> None:
     """One copy of ``array``'s values into ``target`` (a view of a parameter), cast only when
     the stored dtype is not the parameter's (F16 scales in a bf16 model)."""
-    source = torch.from_numpy(np.ascontiguousarray(raw_bits(array))).view(
-        TORCH_DTYPES[dtype_name_of(array)]
-    )
+    with warnings.catch_warnings():  # a read-only view of the map: only read here
+        warnings.simplefilter("ignore", UserWarning)
+        source = torch.from_numpy(np.ascontiguousarray(raw_bits(array)))
+    source = source.view(TORCH_DTYPES[dtype_name_of(array)])
     if target.device.type != "cpu":
         source = source.pin_memory()
     target.copy_(source.to(target.dtype) if source.dtype != target.dtype else source)

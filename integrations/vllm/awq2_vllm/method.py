@@ -4,8 +4,8 @@ What vLLM 0.33.0's own AWQ path holds after loading, read in its installed code,
 this method creates instead (same shapes, dtypes and bytes; the file already holds them):
 
 * ``AutoAWQMarlinLinearMethod.create_weights`` (``auto_awq.py:418``) makes AWQ v1-shaped
-  ``qweight`` / ``qzeros`` / ``scales``; ``process_weights_after_loading`` (line 510)
-  converts them to the GPTQ order (``_convert_awq_to_standard_format``, line 86) and hands
+  ``qweight`` / ``qzeros`` / ``scales``; ``process_weights_after_loading`` (line 506)
+  converts them to the GPTQ order (``_convert_awq_to_standard_format``, line 92) and hands
   them to ``MarlinLinearKernel.process_weights_after_loading``
   (``vllm/model_executor/kernels/linear/mixed_precision/marlin.py:74``): ``gptq_marlin_repack``
   of the weight (line 101), ``marlin_permute_scales`` (line 115, with the partition's k,
@@ -70,7 +70,7 @@ class Part:
 def plan(layer: Any, parts: list[str]) -> list[Part]:
     """Which shard of which stored layer fills which columns of ``layer`` on this rank, the way
     vLLM's own weight loaders cut AWQ tensors (``linear.py``: ``QKVParallelLinear`` shard
-    offsets line 1105, kv heads replicated when tp >= kv heads, line 1066)."""
+    offsets line 1101, kv heads replicated when tp >= kv heads, line 1068)."""
     rank, size = getattr(layer, "tp_rank", 0), getattr(layer, "tp_size", 1)
     if isinstance(layer, RowParallelLinear):
         return [Part(parts[0], 0, layer.output_size_per_partition, rank, size,

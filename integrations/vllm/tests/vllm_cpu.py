@@ -3,7 +3,7 @@
 ``reference_awq_layer`` builds a layer with vLLM's ``AutoAWQConfig``, loads the AWQ v1
 tensors through the layer's own weight loaders (vLLM's TP slicing and merged shards), then
 runs vLLM's own ``AutoAWQMarlinLinearMethod`` post-processing: ``_convert_awq_to_standard_format``
-(``auto_awq.py:86``) and ``MarlinLinearKernel.process_weights_after_loading``
+(``auto_awq.py:92``) and ``MarlinLinearKernel.process_weights_after_loading``
 (``kernels/linear/mixed_precision/marlin.py:74``), with the one CUDA-only op,
 ``ops.gptq_marlin_repack`` (marlin.py:101), replaced by vLLM's CPU reference of the same
 repack: ``marlin_weights`` with ``get_weight_perm`` (``utils/marlin_utils_test.py:53, 72``),
