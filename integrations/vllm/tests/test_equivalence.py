@@ -7,6 +7,7 @@ stored Marlin tensor changes."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,15 +25,16 @@ def folders(tmp_path_factory):
     return make(tmp_path_factory.mktemp("ckpt"))
 
 
-def _run_ranks(world: int, v1: Path, served: Path, tmp: Path) -> list[list]:
-    port = vllm_cpu.ports() + world
+def _run_ranks(world: int, v1: Path, served: Path, tmp: Path, dtype: str = "float16") -> list[list]:
+    port = vllm_cpu.ports() + world + (20 if dtype != "float16" else 0)
+    env = {**os.environ, "AWQ2_TEST_DTYPE": dtype}
     procs, outs = [], []
     for rank in range(world):
         out = tmp / f"rank{world}-{rank}.json"
         outs.append(out)
         cmd = [sys.executable, str(HERE / "tp_worker.py"), str(rank), str(world), str(port),
                str(v1), str(served), str(out)]  # fmt: skip
-        procs.append(subprocess.Popen(cmd))
+        procs.append(subprocess.Popen(cmd, env=env))
     for p in procs:
         assert p.wait(timeout=600) == 0
     return [row for out in outs for row in json.loads(out.read_text())]
@@ -54,6 +56,15 @@ def test_every_parameter_equals_vllms_awq_path(folders, tmp_path, world):
     assert kinds == {(k, r) for k in vllm_cpu.LINEAR_KINDS for r in range(world)}
     assert {r[3] for r in rows if r[0] == "qkv"} == {"qweight", "scales", "qzeros", "bias"}
     assert all(r[4] for r in rows), _table([r for r in rows if not r[4]])
+
+
+def test_bf16_model_holds_the_same_bytes_as_vllm(folders, tmp_path):
+    """A bf16 model: the F16 scales are cast to bf16 by the plugin where vLLM's weight loader
+    casts them (the copy into its bf16 parameter); the results must agree bit for bit."""
+    v1, served = folders
+    rows = _run_ranks(1, v1, served, tmp_path, dtype="bfloat16")
+    print("\nequivalence table, bf16 model:\n" + _table(rows))
+    assert len(rows) == 13 and all(r[4] for r in rows), _table([r for r in rows if not r[4]])
 
 
 def test_one_flipped_byte_fails_the_comparison(folders, tmp_path):

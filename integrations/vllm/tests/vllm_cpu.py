@@ -9,6 +9,12 @@ runs vLLM's own ``AutoAWQMarlinLinearMethod`` post-processing: ``_convert_awq_to
 repack: ``marlin_weights`` with ``get_weight_perm`` (``utils/marlin_utils_test.py:53, 72``),
 which vLLM's kernel tests compare with the CUDA repack.  Everything else (scales, zero
 points, bias, padding decisions) is vLLM's own code, run as is.
+
+On the CPU platform ``AutoAWQConfig.get_quant_method`` still returns
+``AutoAWQMarlinLinearMethod`` (``auto_awq.py:307``), whose kernel is the CPU one; the
+``MarlinLinearKernel`` is built here with the same ``MPLinearLayerConfig``.  Its
+``can_implement`` says no off CUDA, but ``MPLinearKernel.__init__`` only asserts the returned
+tuple (``MPLinearKernel.py:51``), which is always true, so it can be built on the CPU.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ def build(kind: str, shape: dict[str, Any], quant_config: Any, layer: int = 0) -
     heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
     bias = bool(shape.get("attention_bias"))
     attn, mlp = f"model.layers.{layer}.self_attn", f"model.layers.{layer}.mlp"
-    dt = torch.float16
+    dt = getattr(torch, os.environ.get("AWQ2_TEST_DTYPE", "float16"))
     if kind == "qkv":
         return QKVParallelLinear(h, h // heads, heads, kv, bias=bias, params_dtype=dt,
                                  quant_config=quant_config, prefix=f"{attn}.qkv_proj")  # fmt: skip
