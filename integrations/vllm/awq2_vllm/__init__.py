@@ -1,0 +1,43 @@
+"""awq2_vllm: a vLLM 0.33 plugin that serves AWQ-v2 files without repacking.
+
+``register`` is the ``vllm.general_plugins`` entry point (``pyproject.toml``).  vLLM 0.33's
+``vllm/plugins/__init__.py:77`` (``load_general_plugins``) calls every function of that group
+once per process, guarded by a module flag (line 83); a second call in the same process
+returns early, and ``register`` itself is idempotent, so calling it again is harmless too.
+
+It registers two names:
+
+* the quantisation method ``awq_v2`` (:class:`awq2_vllm.config.AWQv2Config`), through
+  ``register_quantization_config`` (``vllm/model_executor/layers/quantization/__init__.py:61``,
+  which appends the name to ``QUANTIZATION_METHODS`` and to the platform's
+  ``supported_quantization``);
+* the load format ``awq_v2`` (:class:`awq2_vllm.loader.AWQv2ModelLoader`), through
+  ``register_model_loader`` (``vllm/model_executor/model_loader/__init__.py:69``).
+"""
+
+from __future__ import annotations
+
+_registered = False
+
+
+def register() -> None:
+    """Register ``awq_v2`` as a quantisation method and a load format (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    import vllm
+    from vllm.model_executor.layers.quantization import register_quantization_config
+    from vllm.model_executor.model_loader import register_model_loader
+
+    from awq2_vllm.version import check_vllm_version
+
+    check_vllm_version(vllm.__version__)
+    from awq2_vllm.config import AWQv2Config
+    from awq2_vllm.loader import AWQv2ModelLoader
+
+    register_quantization_config("awq_v2")(AWQv2Config)
+    register_model_loader("awq_v2")(AWQv2ModelLoader)
+    _registered = True
+
+
+__all__ = ["register"]

@@ -1,0 +1,178 @@
+"""The quantisation method ``awq_v2``: a ``QuantizationConfig`` subclass for vLLM 0.33.
+
+Checked in vLLM 0.33.0's installed code:
+
+* the abstract methods of ``QuantizationConfig``
+  (``vllm/model_executor/layers/quantization/base_config.py:130-213``: ``get_name``,
+  ``get_supported_act_dtypes``, ``get_min_capability``, ``get_config_filenames``,
+  ``from_config``, ``get_quant_method``) and ``override_quantization_method`` (line 164),
+  which ``ModelConfig._verify_quantization`` (``vllm/config/model.py:1383``) asks of every
+  registered method, custom ones first (line 1426), to claim a checkpoint from its
+  ``config.json``;
+* ``maybe_update_config(model_name, ...)`` (base_config.py:275), called by
+  ``VllmConfig._get_quantization_config`` (``vllm/config/vllm.py:944``) with the model folder:
+  the plugin reads the file's index there, so that each layer's method is chosen from what the
+  file holds (layout, bits), not from ``config.json`` alone;
+* ``RoutedExperts`` (``vllm/model_executor/layers/fused_moe/routed_experts.py:73``) is the
+  MoE layer class ``AutoAWQConfig.get_quant_method`` tests for (``auto_awq.py:337``): refused;
+* ``AutoAWQConfig`` (``auto_awq.py:174``) serves AWQ v1 with ``TYPE_MAP = {4: uint4}``
+  (line 182), activations fp16 or bf16 (line 229), capability 75 (line 233): the same here.
+
+A converted folder's ``config.json`` says ``quant_method: "awq_v2"``, ``bits``, ``group_size``
+(or sorted lists with ``layer_bits`` / ``layer_group_sizes``): ``reference/convert.py`` and
+docs/migrating.md "A servable model folder" [CONV-1].
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.model_executor.layers.fused_moe import RoutedExperts
+from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
+from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
+from vllm.model_executor.layers.quantization.utils.marlin_utils import get_marlin_input_dtype
+
+from awq2_vllm.errors import PluginError
+
+NAME = "awq_v2"
+WEIGHT_FILE = "model.awq2"
+SERVED_BITS = 4
+
+
+@dataclass(frozen=True)
+class LayerFacts:
+    """What the file's ``<prefix>.qweight`` entry records [LAY-5]."""
+
+    family: str  # "MARLIN" or "AWQ"
+    bits: int
+    group_size: int
+    k: int
+    n: int
+
+
+def read_layer_facts(path: str | os.PathLike[str]) -> dict[str, LayerFacts]:
+    """Every quantised layer of an AWQ-v2 file, by its tensor prefix."""
+    from reference.reader import Reader
+
+    facts = {}
+    with Reader(path) as reader:
+        for prefix in reader.layers():
+            e = reader.entry(f"{prefix}.qweight")
+            family = "MARLIN" if e.layout.startswith("MARLIN_") else "AWQ"
+            facts[prefix] = LayerFacts(family, e.bits, e.group_size, e.k, e.n)
+    return facts
+
+
+def weight_file(model: str | os.PathLike[str]) -> Path:
+    """The AWQ-v2 file of a model folder (``model.awq2``, as ``reference.convert`` names it)."""
+    p = Path(model)
+    return p if p.is_file() else p / WEIGHT_FILE
+
+
+class AWQv2Config(QuantizationConfig):
+    """``quant_method: "awq_v2"``: 4-bit AWQ layers stored in vLLM's Marlin layout."""
+
+    def __init__(self, bits: Any, group_size: Any, full_config: dict[str, Any] | None = None):
+        super().__init__()
+        self.bits = bits
+        self.group_size = group_size
+        self.full_config = full_config or {}
+        self.layer_bits: dict[str, int] = self.full_config.get("layer_bits") or {}
+        self.layer_group_sizes: dict[str, int] = self.full_config.get("layer_group_sizes") or {}
+        #: Filled from the file by maybe_update_config; empty when the config is built alone.
+        self.layers: dict[str, LayerFacts] = {}
+
+    def __repr__(self) -> str:
+        return f"AWQv2Config(bits={self.bits}, group_size={self.group_size})"
+
+    @classmethod
+    def get_name(cls) -> Any:
+        return NAME
+
+    @classmethod
+    def get_supported_act_dtypes(cls) -> list[torch.dtype]:
+        return [torch.half, torch.bfloat16]
+
+    @classmethod
+    def get_min_capability(cls) -> int:
+        return 75
+
+    @staticmethod
+    def get_config_filenames() -> list[str]:
+        return []  # the quantization_config of config.json says it all
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> AWQv2Config:
+        bits = cls.get_from_keys(config, ["bits"])
+        group_size = cls.get_from_keys(config, ["group_size"])
+        return cls(bits, group_size, dict(config))
+
+    @classmethod
+    def override_quantization_method(
+        cls, hf_quant_cfg: dict[str, Any], user_quant: str | None, hf_config: Any = None
+    ) -> Any:
+        """Claim a folder whose ``config.json`` says ``quant_method: "awq_v2"``."""
+        if str(hf_quant_cfg.get("quant_method", "")).lower() != NAME:
+            return None
+        return NAME if user_quant in (None, NAME) else None
+
+    def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: Any = None):
+        path = weight_file(model_name)
+        if path.is_file():
+            self.layers = read_layer_facts(path)
+
+    # ----------------------------------------------------------------------- per layer
+
+    def parts_of(self, prefix: str) -> list[str]:
+        """The file prefixes a vLLM module is made of: itself, or the parts of a merged module
+        (``qkv_proj`` -> ``q_proj, k_proj, v_proj``) from the model's packed_modules_mapping."""
+        head, _, last = prefix.rpartition(".")
+        parts = self.packed_modules_mapping.get(last)
+        if not parts:
+            return [prefix]
+        return [f"{head}.{p}" if head else p for p in parts]
+
+    def get_quant_method(self, layer: torch.nn.Module, prefix: str) -> Any:
+        from awq2_vllm.method import AWQv2LinearMethod
+
+        if isinstance(layer, RoutedExperts):
+            raise PluginError("MOE_UNSUPPORTED", prefix, "dense linear layers", "MoE experts")
+        if not isinstance(layer, LinearBase):
+            return None
+        parts = self.parts_of(prefix)
+        if self.layers:
+            known = [self.layers.get(p) for p in parts]
+            if all(f is None for f in known):
+                return UnquantizedLinearMethod()  # stored plain in the file
+            for part, facts in zip(parts, known, strict=True):
+                self._check_part(prefix, part, facts)
+        else:
+            for part in parts:
+                self._check_bits(prefix, part, self.layer_bits.get(part, self.bits))
+        if get_marlin_input_dtype(prefix) is not None:
+            found = f"VLLM_MARLIN_INPUT_DTYPE={os.environ.get('VLLM_MARLIN_INPUT_DTYPE')} (W4A8)"
+            raise PluginError("W4A8_UNSUPPORTED", prefix, "16-bit activations (W4A16)", found)
+        return AWQv2LinearMethod(self, prefix, parts)
+
+    def _check_part(self, prefix: str, part: str, facts: LayerFacts | None) -> None:
+        if facts is None:
+            raise PluginError("PART_MISSING", prefix, f"a quantised layer {part!r}", "none")
+        self._check_bits(prefix, part, facts.bits)
+        if facts.family != "MARLIN":
+            raise PluginError(
+                "AWQ_LAYOUT", prefix, f"{part!r} in the MARLIN_* layouts", "the AWQ_* layouts"
+            )
+
+    def group_size_of(self, part: str) -> int:
+        if part in self.layers:
+            return self.layers[part].group_size
+        return int(self.layer_group_sizes.get(part, self.group_size))
+
+    @staticmethod
+    def _check_bits(prefix: str, part: str, bits: Any) -> None:
+        if bits != SERVED_BITS:
+            raise PluginError("BITS_UNSUPPORTED", prefix, f"{part!r} in 4 bits", f"{bits} bits")

@@ -1,0 +1,114 @@
+"""What the plugin does not serve is refused with a stable code and the layer's name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import vllm_cpu
+from checkpoints import make
+
+from reference.examples import LlamaShape, write_checkpoint
+
+
+@pytest.fixture(scope="module", autouse=True)
+def distributed():
+    with vllm_cpu.vllm_context():
+        vllm_cpu.init_distributed(0, 1, vllm_cpu.ports() + 7)
+        yield
+
+
+def _config(**quant):
+    from awq2_vllm.config import AWQv2Config
+
+    cfg = AWQv2Config.from_config({"quant_method": "awq_v2", "bits": 4, "group_size": 128, **quant})
+    cfg.packed_modules_mapping = dict(vllm_cpu.MAPPING)
+    return cfg
+
+
+def _refused(code, kind, cfg):
+    from awq2_vllm.errors import PluginError
+
+    with pytest.raises(PluginError) as caught:
+        vllm_cpu.build(kind, json.loads(json.dumps(SHAPE)), cfg)
+    assert caught.value.code == code
+    return caught.value
+
+
+SHAPE = LlamaShape().config()
+
+
+def test_8_bit_layers_are_refused_naming_the_layer():
+    err = _refused("BITS_UNSUPPORTED", "o", _config(bits=8))
+    assert err.where == "model.layers.0.self_attn.o_proj"
+    assert "8 bits" in str(err)
+
+
+def test_one_8_bit_part_of_a_merged_layer_is_refused():
+    cfg = _config(bits=[4, 8], layer_bits={"model.layers.0.mlp.up_proj": 8})
+    err = _refused("BITS_UNSUPPORTED", "gate_up", cfg)
+    assert err.where == "model.layers.0.mlp.gate_up_proj" and "up_proj" in str(err)
+
+
+def test_w4a8_activations_are_refused(monkeypatch):
+    monkeypatch.setenv("VLLM_MARLIN_INPUT_DTYPE", "int8")
+    err = _refused("W4A8_UNSUPPORTED", "down", _config())
+    assert err.where == "model.layers.0.mlp.down_proj"
+
+
+def test_layers_in_the_awq_layouts_are_refused(tmp_path):
+    # intermediate 288: gate/up (n = 288) and down (k = 288) break Marlin's shape rules, so
+    # the converter keeps them in the AWQ_* layouts [LAY-8]
+    shape = LlamaShape(intermediate_size=288, group_size=32)
+    v1 = write_checkpoint(tmp_path / "v1", shape)
+    import subprocess
+    import sys
+
+    served = tmp_path / "served"
+    subprocess.run([sys.executable, "-m", "reference.convert", str(v1), f"{served}/", "--quiet"],
+                   check=True)  # fmt: skip
+    cfg = _config(group_size=32)
+    cfg.maybe_update_config(str(served))
+    assert cfg.layers["model.layers.0.mlp.up_proj"].family == "AWQ"
+    from awq2_vllm.errors import PluginError
+
+    with pytest.raises(PluginError) as caught:
+        vllm_cpu.build("gate_up", shape.config(), cfg)
+    assert caught.value.code == "AWQ_LAYOUT"
+    assert caught.value.where == "model.layers.0.mlp.gate_up_proj"
+    assert "AWQ_*" in str(caught.value)
+
+
+def test_moe_experts_are_refused():
+    from awq2_vllm.errors import PluginError
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+
+    experts = object.__new__(RoutedExperts)  # only its class matters to get_quant_method
+    with pytest.raises(PluginError) as caught:
+        _config().get_quant_method(experts, "model.layers.0.mlp.experts")
+    assert caught.value.code == "MOE_UNSUPPORTED"
+    assert caught.value.where == "model.layers.0.mlp.experts"
+
+
+@pytest.mark.parametrize("version", ["0.32.1", "0.34.0", "1.0.0", "dev"])
+def test_other_vllm_versions_are_refused(version):
+    from awq2_vllm.errors import PluginError
+    from awq2_vllm.version import check_vllm_version
+
+    with pytest.raises(PluginError) as caught:
+        check_vllm_version(version)
+    assert caught.value.code == "VLLM_VERSION" and version in str(caught.value)
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.33.2", "0.33.0+cpu"])
+def test_0_33_releases_are_served(version):
+    from awq2_vllm.version import check_vllm_version
+
+    check_vllm_version(version)
+
+
+def test_converted_folder_is_served(tmp_path):
+    _, served = make(tmp_path)
+    cfg = _config()
+    cfg.maybe_update_config(str(served))
+    assert len(cfg.layers) == 14 and {f.family for f in cfg.layers.values()} == {"MARLIN"}
