@@ -38,17 +38,27 @@ def _mincore() -> Any:
     return fn
 
 
-def resident(address: int, length: int) -> bool:
-    """True when every page of the ``length`` bytes mapped at ``address`` is in the page
-    cache; False when one is not, or when nobody can tell (no ``mincore`` here, or it failed:
-    for example a range beyond the end of the mapping)."""
+#: :func:`resident` looks at one page in every this many bytes (and at the last page).
+SAMPLE_STRIDE = 1 << 20
+
+
+def resident(address: int, length: int, *, stride: int = SAMPLE_STRIDE) -> bool:
+    """True when the ``length`` bytes mapped at ``address`` look in the page cache: the first
+    page, one page in every ``stride`` bytes after it and the last page all are (asking for
+    every page cost 13 ms for the 1B benchmark's 778 MB, 12% of reading it; the sample
+    costs well under 1 ms).  False when one is not, or when nobody can tell (no
+    ``mincore`` here, or it failed).  A wrong guess costs speed only, never bytes."""
     fn = _mincore()
     if fn is None or length <= 0:
         return False
-    start = address - address % PAGE  # mincore wants a page-aligned start
-    pages = -(-(address + length - start) // PAGE)
-    vec = np.zeros(pages, np.uint8)  # one byte per page
-    if fn(start, pages * PAGE, vec.ctypes.data) != 0:
-        return False
-    # Bit 0 of each byte: that page is resident; the other bits are reserved.
-    return bool((vec & 1).all())
+    first = address - address % PAGE  # mincore wants a page-aligned start
+    last = address + length - 1
+    last -= last % PAGE
+    step = max(stride - stride % PAGE, PAGE)
+    vec = np.zeros(1, np.uint8)
+    out = vec.ctypes.data
+    for page in (*range(first, last, step), last):
+        # Bit 0 of the byte: that page is resident; the other bits are reserved.
+        if fn(page, PAGE, out) != 0 or not vec[0] & 1:
+            return False
+    return True
