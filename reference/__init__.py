@@ -21,13 +21,16 @@ from reference.errors import (
     LimitError,
     MetadataError,
     PaddingError,
+    SetError,
     TensorNameError,
     TensorNotFoundError,
     TrailerError,
     TruncatedError,
     VersionError,
 )
-from reference.reader import Reader, open  # noqa: A004  (reference.open, like io.open)
+from reference.fileset import FileSet
+from reference.opener import open  # noqa: A004  (reference.open, like io.open)
+from reference.reader import Reader
 from reference.rules import TensorInfo
 from reference.writer import Writer, WriterStateError, save
 
@@ -39,6 +42,7 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
 __all__ = [
     "ChecksumError",
     "EntryError",
+    "FileSet",
     "FormatError",
     "HeaderError",
     "IndexCorruptError",
@@ -47,6 +51,7 @@ __all__ = [
     "MetadataError",
     "PaddingError",
     "Reader",
+    "SetError",
     "TensorInfo",
     "TensorNameError",
     "TensorNotFoundError",

@@ -53,12 +53,14 @@ from reference.errors import FormatError, error
 from reference.files import open_regular
 from reference.layers import PARTS, StoredTensor, encode_linear
 from reference.legacy import Checkpoint, open_checkpoint
+from reference.opener import open as open_any
 from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
+from reference.setwriter import SetWriter, parse_size
 from reference.text import escape
 from reference.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
-from spec.constants import ALIGNMENT, MAGIC, SLAB_OFFSET
+from spec.constants import ALIGNMENT, MAGIC, SET_MANIFEST, SLAB_OFFSET
 from spec.geometry import index_geometry
 from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
@@ -218,11 +220,14 @@ def convert(
     verify: bool = True,
     progress: bool = False,
     jobs: int | None = None,
+    max_shard_size: int | None = None,
 ) -> dict[str, Any]:
     """Convert and return the summary (the same dict ``--json`` prints).
 
     ``jobs`` threads (default :func:`default_jobs`) read and repack layers; the file is
-    written in plan order, so the bytes do not depend on ``jobs`` [CONV-3]."""
+    written in plan order, so the bytes do not depend on ``jobs`` [CONV-3].  With
+    ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
+    at that size (:mod:`reference.setwriter`) [SET-10]; its caller publishes the folder."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -230,17 +235,26 @@ def convert(
     with open_checkpoint(src_path) as src:
         plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
         check = _verify_file if verify else None
-        with (
-            _source_digests(src, background=jobs > 1) as digests,
-            Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1) as writer,
-        ):
+        sink: Writer | SetWriter
+        if max_shard_size is None:
+            sink = Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1)
+        else:
+            sink = SetWriter(Path(dst_path), max_size=max_shard_size, metadata=plan.metadata,
+                             check=check, writeback=jobs > 1, jobs=jobs)  # fmt: skip
+        with _source_digests(src, background=jobs > 1) as digests, sink:
             steps = _progress(plan.steps, enabled=progress)
             for stored in _prepared(src, steps, jobs):
+                if isinstance(sink, SetWriter):
+                    sink.add_step(stored)
+                    continue
                 for tensor in stored:
-                    writer.add(tensor.name, tensor.array, **tensor.fields)
+                    sink.add(tensor.name, tensor.array, **tensor.fields)
             plan.metadata = plan_metadata(src, digests())  # the same length [META-3]
-            writer.set_metadata(plan.metadata)
+            sink.set_metadata(plan.metadata)
     summary = _summary(plan, dst_path)
+    if isinstance(sink, SetWriter):
+        summary["members"] = [{"name": p.name, "size": p.stat().st_size} for p in sink.members]
+        summary["max_shard_size"] = max_shard_size
     summary["verified"] = verify
     summary["jobs"] = jobs
     summary["seconds"] = round(time.perf_counter() - started, 3)
@@ -255,19 +269,22 @@ def convert_folder(
     verify: bool = True,
     progress: bool = False,
     jobs: int | None = None,
+    max_shard_size: int | None = None,
 ) -> dict[str, Any]:
     """Convert a checkpoint folder to a servable model folder (:mod:`reference.folder`):
-    ``model.awq2``, ``config.json`` naming ``awq_v2``, and the source's other files, all
-    published at once [CONV-1, CONV-2].  Returns :func:`convert`'s summary plus ``folder``,
-    ``copied`` and ``not_copied``."""
+    ``model.awq2`` (or, with ``max_shard_size``, a set of members no larger than that and
+    its manifest [SET-10]), ``config.json`` naming ``awq_v2``, and the source's other files,
+    all published at once [CONV-1, CONV-2, SET-9].  Returns :func:`convert`'s summary plus
+    ``folder``, ``copied`` and ``not_copied``."""
     src, dst = Path(src_path), Path(dst_dir)
     files = folder.plan_folder(src)
     with folder.publishing(dst) as tmp:
-        summary = convert(src, tmp / folder.MODEL_FILE, verify=verify, progress=progress,
-                          jobs=jobs)  # fmt: skip
+        target = tmp if max_shard_size is not None else tmp / folder.MODEL_FILE
+        summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
+                          max_shard_size=max_shard_size)  # fmt: skip
         with open_checkpoint(src) as checkpoint:
             family, config = checkpoint.family, checkpoint.config or {}
-        with Reader(tmp / folder.MODEL_FILE) as written:
+        with open_any(tmp) as written:
             layers = {e.name[: -len(".qweight")]: (e.bits, e.group_size)
                       for e in written.entries() if e.layout.endswith("_QWEIGHT")}  # fmt: skip
         quantization = folder.servable_quantization_config(layers, family)
@@ -276,7 +293,8 @@ def convert_folder(
         folder.write_text(tmp / folder.CONFIG_FILE, text + "\n")
         for path in files.copies:
             folder.copy_file(path, tmp / path.name)
-    summary["destination"] = str(dst / folder.MODEL_FILE)
+    is_set = len(summary.get("members", ())) > 1
+    summary["destination"] = str(dst / (SET_MANIFEST if is_set else folder.MODEL_FILE))
     summary["folder"] = str(dst)
     summary["copied"] = [folder.CONFIG_FILE, *(p.name for p in files.copies)]
     summary["not_copied"] = [{"name": n, "reason": r} for n, r in files.skipped]
@@ -391,9 +409,16 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
         print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
         for name in odd:
             print(f"    {escape(name)}")
+    members = summary.get("members", ())
+    if len(members) > 1:
+        print(f"  a set of {len(members)} files of at most {summary['max_shard_size']:,} bytes "
+              f"(apart from a single larger layer), listed by {SET_MANIFEST}:")  # fmt: skip
+        for m in members:
+            print(f"    {escape(m['name'])}  {m['size']:,} bytes")
     if "folder" in summary:
         copied = ", ".join(escape(name) for name in summary["copied"])
-        print(f"  folder {escape(summary['folder'])}: {copied} copied beside model.awq2")
+        weights = "the set" if len(members) > 1 else "model.awq2"
+        print(f"  folder {escape(summary['folder'])}: {copied} copied beside {weights}")
     if not dry_run:
         print(f"  verified: {'yes' if summary['verified'] else 'no (--no-verify)'}; "
               f"{summary['seconds']} s; peak RSS {summary['peak_rss_mib']} MiB, "
@@ -423,11 +448,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="threads that repack layers (default: the cores this process may "
                         "use); the output is byte-identical for every N")  # fmt: skip
+    parser.add_argument("--max-shard-size", type=_size, default=None, metavar="SIZE",
+                        help="with a folder DST: split the weights into files of at most SIZE "
+                        "(5GB, 500MB, 2GiB or bytes; KB/MB/GB/TB are powers of 1000) listed by "
+                        f"{SET_MANIFEST}; a single layer larger than SIZE gets a file of its "
+                        "own; if everything fits in one file, it is model.awq2")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tuple[int, str] | None:
@@ -471,6 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
+    if args.max_shard_size is not None and args.dst is not None and not to_folder:
+        parser.error("--max-shard-size writes a folder: end DST with '/' (a set is a folder)")
     args.dst = None if args.dst is None else Path(args.dst)
     refusal = check_paths(args.src, args.dst, to_folder=to_folder)
     if refusal is not None:
@@ -492,9 +531,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for s in plan.steps
             ]
         else:
-            run = convert_folder if to_folder else convert
-            summary = run(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
-                          progress=not args.quiet and sys.stderr.isatty())  # fmt: skip
+            progress = not args.quiet and sys.stderr.isatty()
+            if to_folder:
+                summary = convert_folder(args.src, args.dst, verify=not args.no_verify,
+                                         jobs=args.jobs, progress=progress,
+                                         max_shard_size=args.max_shard_size)  # fmt: skip
+            else:
+                summary = convert(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
+                                  progress=progress)  # fmt: skip
     except FormatError as exc:
         print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
         if exc.expected is not None or exc.found is not None:

@@ -1,6 +1,7 @@
 """``python -m reference.dump PATH``: explain what ``reference.open`` opens, valid or not: an
-AWQ-v2 file, or a legacy checkpoint (an AWQ v1 or compressed-tensors folder, or one of its
-safetensors files).
+AWQ-v2 file, a model folder holding ``model.awq2``, a file set (its folder or its manifest:
+the set, then each member), or a legacy checkpoint (an AWQ v1 or compressed-tensors folder,
+or one of its safetensors files).
 
 Exit status:
 
@@ -31,6 +32,8 @@ from numpy.typing import NDArray
 
 from reference.errors import FormatError, TensorNotFoundError
 from reference.files import open_regular
+from reference.fileset import FileSet, is_set_path
+from reference.folder import MODEL_FILE
 from reference.legacy import Checkpoint, open_checkpoint
 from reference.reader import Reader
 from reference.source import TensorSource
@@ -320,17 +323,117 @@ def _legacy_row(t: dict[str, Any]) -> tuple[str, ...]:
     return _table_row(t)[1:]
 
 
+def set_summary(fs: FileSet, *, verified: bool) -> dict[str, Any]:
+    """The ``--json`` document of a valid file set (stable keys), ``"tensors"`` last: the set,
+    then each member as the manifest lists it with what it holds."""
+    files = []
+    for m, reader in zip(fs.manifest.members, fs.members, strict=True):
+        item: dict[str, Any] = {"name": m.name, "size": m.size}
+        if fs.kind == "rank":
+            item["rank"] = m.rank
+        item.update(header_crc=f"{m.header_crc:08x}", sha256=m.sha256,
+                    format_version="{}.{}".format(*reader.version), tensor_count=len(reader),
+                    layers=len(reader.layers()))  # fmt: skip
+        files.append(item)
+    return {
+        "valid": True,
+        "verified": verified,
+        "path": str(fs.manifest_path),
+        "kind": fs.kind,
+        "tp_size": fs.tp_size,
+        "files": files,
+        "total_size": sum(f["size"] for f in files),
+        "tensor_count": len(fs),
+        "layers": len(fs.layers()),
+        "metadata": fs.metadata,
+    }
+
+
+def set_rows(fs: FileSet) -> Iterator[dict[str, Any]]:
+    """The ``"tensors"`` of a set's ``--json`` document: every member's (of a rank set, every
+    rank's), member by member, each row with its ``file`` (and ``rank``) first."""
+    for rank in range(fs.tp_size):
+        for reader in fs.rank_members(rank):
+            for info in reader.iter_entries():
+                head: dict[str, Any] = {"file": reader.path.name}
+                if fs.kind == "rank":
+                    head["rank"] = rank
+                yield {**head, **info.to_dict()}
+
+
+def _dump_set(args: argparse.Namespace, out: TextIO) -> int:
+    """Explain a file set: the manifest, each member, then every tensor with its file."""
+    if args.hexdump:
+        print("error: --hexdump shows one AWQ-v2 file's header and trailer; dump a member of "
+              "the set", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        with FileSet(args.file, validate=True) as fs:
+            if args.verify:
+                fs.verify()
+            doc = set_summary(fs, verified=args.verify)
+            if args.json:
+                write_json(doc, set_rows(fs), out)
+                print(file=out)
+            else:
+                _print_set(doc, fs, out)
+            if args.tensor is not None:
+                if _report_tensor(fs, args.tensor, out) != EXIT_OK:
+                    return EXIT_USAGE
+    except FormatError as exc:
+        return _report_invalid(args, exc, out)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        return _unreadable(args.file, exc)
+    return EXIT_OK
+
+
+def _print_set(doc: dict[str, Any], fs: FileSet, out: TextIO) -> None:
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    kind = "one file per tensor-parallel rank" if doc["kind"] == "rank" else "split by size"
+    p(f"AWQ-v2 file set {escape(doc['path'])}")
+    p(f"  kind             {doc['kind']} ({kind})" + (
+        f", tp_size {doc['tp_size']}" if doc["kind"] == "rank" else ""))  # fmt: skip
+    p(f"  files            {len(doc['files'])}, {doc['total_size']:,} bytes")
+    for f in doc["files"]:
+        rank = f"rank {f['rank']}  " if "rank" in f else ""
+        p(f"    {escape(f['name'])}  {rank}{f['size']:,} bytes  {f['tensor_count']} tensors, "
+          f"{f['layers']} layers  header_crc {f['header_crc']}")  # fmt: skip
+    where = "every rank holds" if doc["kind"] == "rank" else "in all"
+    p(f"  tensors          {doc['tensor_count']} ({where}), {doc['layers']} quantised layers")
+    p("  checked          manifest, every member, no extra .awq2 file, names"
+      + (", ranks" if doc["kind"] == "rank" else "")
+      + ("; every payload checksum and SHA-256 verified" if doc["verified"] else ""))  # fmt: skip
+    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True).splitlines()
+    p(f"  metadata         {len(meta)} lines (the first member's)" if doc["metadata"]
+      else "  metadata         none")  # fmt: skip
+    for line in meta[:40] if doc["metadata"] else []:
+        p(f"    {line}")
+    if len(meta) > 40:
+        p(f"    ... {len(meta) - 40} more lines (use --json)")
+    rows = [(escape(r["file"]), *_table_row(r)) for r in set_rows(fs)]
+    if rows:
+        header = ("file", "offset", "bytes", "dtype", "shape", "layout", "name")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
+        p("")
+        for row in [header, *rows]:
+            p("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[6])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m reference.dump",
-        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table; or a "
-        "legacy checkpoint (AWQ v1 or compressed-tensors folder or safetensors file): its "
-        "format, files, configuration and tensors as reference.open presents them. The input "
-        "is fully validated first; an invalid one prints its error code, offset and message "
-        "and exits 1.",
+        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table; a "
+        "file set (its folder or manifest): its kind, every member and every tensor with its "
+        "file; or a legacy checkpoint (AWQ v1 or compressed-tensors folder or safetensors "
+        "file): its format, files, configuration and tensors as reference.open presents "
+        "them. The input is fully validated first; an invalid one prints its error code, "
+        "offset and message and exits 1.",
         epilog="exit status: 0 valid, 1 invalid input, 2 usage error, 3 unreadable input",
     )
-    parser.add_argument("file", help="the .awq2 file, or a checkpoint folder or file")
+    parser.add_argument("file", help="the .awq2 file, a model folder, a file set's folder or "
+                        "manifest, or a checkpoint folder or file")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON document with stable keys")
     parser.add_argument("--verify", action="store_true", help="also check every payload checksum")
     parser.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
@@ -341,6 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = out or sys.stdout
+    if is_set_path(Path(args.file)):
+        return _dump_set(args, out)
+    if os.path.isdir(args.file) and os.path.isfile(os.path.join(args.file, MODEL_FILE)):
+        args.file = os.path.join(args.file, MODEL_FILE)  # a model folder: its weights file
     try:
         checkpoint = _is_checkpoint(args.file)
     except OSError as exc:
@@ -379,7 +486,7 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
         doc = {
             "valid": False,
             "path": args.file,
-            "error": exc.to_dict(),
+            "error": {**exc.to_dict(), **({"file": exc.path} if exc.path else {})},
             "header": _raw_header(args.file) if is_file else None,
         }
         json.dump(doc, out, indent=2, ensure_ascii=True, default=str)
@@ -390,6 +497,8 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
     print(f"  error    {exc.code}", file=out)
     print(f"  offset   {where}" + (f" ({exc.offset})" if exc.offset is not None else ""), file=out)
     print(f"  message  {escape(exc.message)}", file=out)
+    if exc.path and exc.path != args.file:
+        print(f"  file     {escape(exc.path)}", file=out)
     if exc.expected is not None or exc.found is not None:
         print(f"  expected {escape(str(exc.expected))}", file=out)
         print(f"  found    {escape(str(exc.found))}", file=out)

@@ -112,6 +112,11 @@ class LegacyError(FormatError):
     """An AWQ v1 checkpoint that cannot be read or converted exactly."""
 
 
+class SetError(FormatError):
+    """A file set whose manifest, members or ranks break the rules of SET-1 to SET-8; an
+    error inside one member is that member's own ``FormatError``, naming its file."""
+
+
 class TensorNotFoundError(KeyError):
     """No tensor of that name in the file (not a format error)."""
 
@@ -132,6 +137,7 @@ _CLASSES: dict[str, type[FormatError]] = {
         MetadataError,
         LegacyError,
         UnsupportedError,
+        SetError,
     )
 }
 

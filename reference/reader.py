@@ -24,20 +24,18 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.checkpoint import is_safetensors
 from reference.dtypes import numpy_dtype
 from reference.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
 from reference.files import open_regular
 from reference.index import Index
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
-from reference.legacy import Checkpoint, open_checkpoint
 from reference.metadata import parse_metadata
 from reference.order import slab_order
 from reference.residency import resident
 from reference.rules import TensorInfo
 from reference.validate import validate_index
 from spec.algorithms import crc32c
-from spec.constants import ALIGNMENT, MAGIC
+from spec.constants import ALIGNMENT
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 #: read_many_into: the most bytes and buffers one positioned read takes.
@@ -323,27 +321,4 @@ class Reader:
         self.close()
 
 
-def open(  # noqa: A001
-    path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
-) -> Reader | Checkpoint:
-    """Open an AWQ-v2 file, or an AWQ v1 or compressed-tensors checkpoint (file or folder)
-    through the same API.
-
-    ``validate=True`` runs full validation before returning.  ``copy=True`` reads an AWQ-v2
-    file into private memory instead of mapping it (see :class:`Reader`: a mapped file
-    truncated meanwhile kills the process with SIGBUS); checkpoints ignore it.  A file is
-    AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors, is
-    a checkpoint: compressed-tensors when its ``config.json`` says so [CT-1], else AWQ v1
-    [V1-1].
-    """
-    p = Path(path)
-    if p.is_dir():
-        return open_checkpoint(p)
-    with open_regular(p) as f:
-        head = f.read(len(MAGIC))
-    if head != MAGIC and is_safetensors(p):
-        return open_checkpoint(p)
-    return Reader(p, validate=validate, copy=copy)
-
-
-__all__ = ["FormatError", "Reader", "open", "parse_metadata"]
+__all__ = ["FormatError", "Reader", "parse_metadata"]

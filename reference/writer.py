@@ -279,6 +279,22 @@ class Writer:
         """Forget a half-written payload: the next one overwrites it, then truncate."""
         self._file.truncate(offset)
 
+    def size_with(self, tensors: Iterable[tuple[str, int, int]] = ()) -> int:
+        """The length the file would have if it were closed after adding ``tensors``, each
+        ``(name, data_length, ndim)``, with the metadata it has now: what a writer splitting
+        a set by size asks before adding a layer [SET-10]."""
+        cursor, count = self._cursor, len(self._names)
+        dims = sum(len(shape) for shape in self._shapes)
+        names = sum(len(name) for name in self._names)
+        for name, length, ndim in tensors:
+            if length:
+                cursor = align_up(cursor + length, ALIGNMENT)
+            count, dims, names = count + 1, dims + ndim, names + len(name.encode("utf-8"))
+        geometry = index_geometry(index_offset=0, bucket_bits=bucket_bits_for(count),
+                                  tensor_count=count, dims_count=dims, names_length=names,
+                                  metadata_length=len(self._metadata))  # fmt: skip
+        return cursor + geometry.length + TRAILER_SIZE
+
     # ------------------------------------------------------------------ metadata
 
     def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:

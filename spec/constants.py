@@ -63,5 +63,14 @@ MAX_METADATA_DEPTH: int = _BY_NAME["max_metadata_depth"]
 MAX_BUCKET_LENGTH: int = _BY_NAME["max_bucket_length"]
 MAX_BUCKET_BITS: int = _BY_NAME["max_bucket_bits"]
 
+# ---- file sets (spec 2.1; docs/spec/sets.md)
+
+#: Name of a file set's manifest in its folder [SET-1].
+SET_MANIFEST = "model.awq2.set.json"
+#: Version of the manifest's layout, its ``awq2_set`` member [SET-3].
+SET_VERSION = 1
+#: The most member files one manifest may list [SET-2].
+MAX_SET_FILES = 1 << 16
+
 #: Largest value of a u64 field.
 U64_MAX = (1 << 64) - 1

@@ -362,5 +362,52 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("ENT-10",),
         "CRC-32C of a payload does not match data_crc (found by verify)",
     ),
+    ErrorCode(
+        "SET_BAD_MANIFEST",
+        "SetError",
+        ("SET-2", "SET-4"),
+        "a set manifest that is not a JSON object of the set schema, or names a file that is "
+        "not a plain .awq2 name in its folder or is listed twice",
+    ),
+    ErrorCode(
+        "SET_UNSUPPORTED",
+        "SetError",
+        ("SET-3",),
+        "a set manifest of another awq2_set version, or of an unknown kind",
+    ),
+    ErrorCode(
+        "SET_MISSING_FILE", "SetError", ("SET-5",), "a file the set manifest lists is absent"
+    ),
+    ErrorCode(
+        "SET_FILE_MISMATCH",
+        "SetError",
+        ("SET-5",),
+        "a member whose length or header_crc is not what the set manifest says",
+    ),
+    ErrorCode("SET_RANK_MISSING", "SetError", ("SET-5",), "a rank of a rank set without a file"),
+    ErrorCode(
+        "SET_EXTRA_FILE",
+        "SetError",
+        ("SET-8",),
+        "an .awq2 file in a set's folder that its manifest does not list",
+    ),
+    ErrorCode(
+        "SET_DUPLICATE_NAME",
+        "SetError",
+        ("SET-6",),
+        "a tensor name in two members of a split set, or of one rank of a rank set",
+    ),
+    ErrorCode(
+        "SET_RANK_MISMATCH",
+        "SetError",
+        ("SET-7",),
+        "ranks of a rank set holding different names, or a name with different fields",
+    ),
+    ErrorCode(
+        "SET_BAD_SHA256",
+        "SetError",
+        ("SET-8",),
+        "a member whose SHA-256 is not the set manifest's (found by verify)",
+    ),
 )
 ERROR_BY_CODE = {e.code: e for e in ERROR_CODES}

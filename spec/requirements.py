@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spec.constants import MAX_METADATA_LENGTH, MAX_SET_FILES, SET_MANIFEST, SET_VERSION
+
 
 @dataclass(frozen=True)
 class Requirement:
@@ -79,7 +81,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "VER-1",
         "MUST",
         "A writer of this specification MUST write `version_major = 2` and "
-        "`version_minor = 0`. A reader MUST accept every minor version of major version 2.",
+        "`version_minor = 0` (2.1 changed nothing inside a file: a file set's members, SET-1, "
+        "are 2.0 files). A reader MUST accept every minor version of major version 2.",
     ),
     _r(
         "VER-2",
@@ -497,6 +500,107 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "A converter that repacks layers in parallel MUST write the same bytes whatever the number of threads, and SHOULD hold no more than about one layer per thread in memory, whatever the model's size.",
         subject="converter",
+    ),
+    # ---- file sets (2.1): several complete files, by size or one per tensor-parallel rank
+    _r(
+        "SET-1",
+        "MUST",
+        f"A file set MUST be one folder holding a manifest named `{SET_MANIFEST}` and the member "
+        "files it lists; every member MUST be a complete AWQ-v2 file that passes full validation "
+        "(RD-2) and verification (ENT-10) on its own, and MUST hold every entry of each layer it "
+        "holds (LAY-7): a quantised layer is never split across members.",
+        subject="set",
+    ),
+    _r(
+        "SET-2",
+        "MUST",
+        "The manifest MUST be a JSON object under the metadata's rules (META-1, META-2, META-5, "
+        f"META-6; at most {MAX_METADATA_LENGTH} bytes) with the members `awq2_set` (an integer), "
+        f"`kind` (a string) and `files`, an array of 1 to {MAX_SET_FILES} objects, each with "
+        "`name` (a string), `size` (a non-negative integer), `header_crc` (8 lowercase "
+        "hexadecimal digits) and `sha256` (64 lowercase hexadecimal digits); a rank set adds "
+        "`tp_size` (an integer from 1) and, in each file object, `rank` (an integer from 0 to "
+        "`tp_size - 1`). A reader MUST reject anything else with `SET_BAD_MANIFEST`, and MUST "
+        "ignore members it does not know, in the manifest and in the file objects.",
+        subject="set",
+    ),
+    _r(
+        "SET-3",
+        "MUST",
+        f"A reader MUST reject a manifest whose `awq2_set` is not {SET_VERSION}, or whose `kind` "
+        'is neither `"split"` nor `"rank"`, with `SET_UNSUPPORTED`, before it reads any other '
+        "member of the manifest.",
+        subject="set",
+    ),
+    _r(
+        "SET-4",
+        "MUST",
+        "Every `name` MUST be a plain file name in the manifest's folder: ending in `.awq2`, "
+        "without `/`, backslash, NUL or a leading `.`, and different from every other `name` of "
+        "the manifest (`SET_BAD_MANIFEST`); a reader MUST NOT build any other path from a name than "
+        "the folder's path joined with it.",
+        subject="set",
+    ),
+    _r(
+        "SET-5",
+        "MUST",
+        "Opening a set MUST check, for every file in manifest order: that it exists as a "
+        "regular file (`SET_MISSING_FILE`), that its length equals `size` (`SET_FILE_MISMATCH`), "
+        "the opening checks of RD-1, then that its `header_crc` equals the manifest's "
+        "(`SET_FILE_MISMATCH`); then, for a rank set, that every rank from 0 to `tp_size - 1` "
+        "has a file (`SET_RANK_MISSING`). These checks read the manifest and each member's "
+        "header and trailer only.",
+        subject="set",
+    ),
+    _r(
+        "SET-6",
+        "MUST",
+        "A tensor name MUST NOT appear in two members of a split set, nor in two members of the "
+        "same rank of a rank set (`SET_DUPLICATE_NAME`). A reader finds a name by looking it up "
+        "in each member of the set (of the rank) in manifest order (IDX-9); the first that holds "
+        "it answers, so a lookup costs one O(1) index lookup per member and never needs a map "
+        "from every name to its file.",
+        subject="set",
+    ),
+    _r(
+        "SET-7",
+        "MUST",
+        "In a rank set, every rank MUST hold the same tensor names, and each name the same "
+        "dtype, layout, shape, `bits`, `group_size`, `k` and `n` in every rank "
+        "(`SET_RANK_MISMATCH`): rank `r`'s members hold rank `r`'s part of every tensor, already "
+        "cut, and a quantised layer there is exactly the shard of the whole layer that "
+        "`linear(prefix, tp_rank=r, tp_size=tp_size)` gives.",
+        subject="set",
+    ),
+    _r(
+        "SET-8",
+        "MUST",
+        "Full validation of a set MUST check, in this order: the opening checks (SET-2 to "
+        "SET-5); full validation of every member in manifest order (RD-2); no file in the folder "
+        "ending in `.awq2` that the manifest does not list (`SET_EXTRA_FILE`); names (SET-6); "
+        "ranks (SET-7). Verification adds, for every member in manifest order, its payload "
+        "checksums (ENT-10), then the SHA-256 of its bytes against `sha256` (`SET_BAD_SHA256`). "
+        "The first failed check gives the error code; an error inside a member names that "
+        "member's file.",
+        subject="set",
+    ),
+    _r(
+        "SET-9",
+        "MUST",
+        "A writer MUST publish a set whole or not at all: no reader may see the manifest under "
+        "its name before every member it lists is complete under its own name (for example: "
+        "everything written in a temporary folder that is renamed into place last).",
+        subject="writer",
+    ),
+    _r(
+        "SET-10",
+        "MUST",
+        "A writer splitting by size MUST keep every member at or under the limit it was given, "
+        "except a member that holds a single tensor, or a single quantised layer (SET-1), that "
+        "alone exceeds it; it SHOULD fill each member in order before it starts the next, and "
+        "SHOULD write the same metadata to every member. The set's metadata is its first "
+        "member's.",
+        subject="writer",
     ),
     # ---- checksums
     _r(

@@ -67,11 +67,12 @@ def test_vector_classes_cover_what_the_suite_promises():
     from spec.registry import ERROR_CODES
 
     # checkpoint conversion (LegacyError: AWQ v1, compressed-tensors) and optional features
-    # have no AWQ-v2 file to show them
+    # have no AWQ-v2 file to show them; file sets (SetError) are folders, which the runner
+    # does not take yet (tests/test_fileset.py shows each code meanwhile)
     reader_codes = {
         e.code
         for e in ERROR_CODES
-        if e.error_class != "LegacyError" and not e.code.startswith("UNSUPPORTED")
+        if e.error_class not in ("LegacyError", "SetError") and not e.code.startswith("UNSUPPORTED")
     }
     assert reader_codes <= codes, f"error codes without a vector: {reader_codes - codes}"
 

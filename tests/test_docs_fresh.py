@@ -23,6 +23,13 @@ from tools import docgen
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT_MD = ROOT / "docs" / "spec" / "format.md"
+#: Every page that states requirements: format.md, and the pages of the prefixes stated apart
+#: (docgen.REQUIREMENT_PAGES: file sets).
+STATEMENT_PAGES = (FORMAT_MD, *sorted(set(docgen.REQUIREMENT_PAGES.values())))
+
+
+def _home(rid: str) -> Path:
+    return docgen.REQUIREMENT_PAGES.get(docgen.requirement_prefix(rid), FORMAT_MD)
 RATIONALE_MD = ROOT / "docs" / "spec" / "rationale.md"
 
 ID_RE = re.compile(r"^(?P<prefix>[A-Z][A-Z0-9]{0,4})-(?P<number>[1-9][0-9]*)$")
@@ -64,7 +71,12 @@ def test_format_md_has_every_kind_of_region() -> None:
     for kind in ("index-sections", "dtypes", "layouts", "flags", "limits", "errors"):
         assert (kind, None) in used
     assert ("requirement-index", None) in used
-    assert {arg for kind, arg in used if kind == "requirements"} == PREFIXES
+    apart = set(docgen.REQUIREMENT_PAGES)
+    assert {arg for kind, arg in used if kind == "requirements"} == PREFIXES - apart
+    for prefix, page in docgen.REQUIREMENT_PAGES.items():
+        lines = page.read_text(encoding="utf-8").split("\n")
+        here = {(r.kind, r.arg) for r in docgen.find_regions(lines, page)}
+        assert ("requirements", prefix) in here, page
 
 
 def test_check_mode_reports_and_write_mode_fixes(tmp_path: Path) -> None:
@@ -130,16 +142,23 @@ def test_docgen_imports_only_spec() -> None:
 
 
 def test_every_requirement_is_rendered_once_as_an_anchor() -> None:
-    anchors = ANCHOR_RE.findall(FORMAT_MD.read_text(encoding="utf-8"))
-    counts = {rid: anchors.count(rid) for rid in REQUIREMENT_BY_ID}
+    """Once in all, on its home page."""
+    found = {page: ANCHOR_RE.findall(page.read_text(encoding="utf-8")) for page in STATEMENT_PAGES}
+    statements = {page: [a for a in anchors if a in REQUIREMENT_BY_ID]
+                  for page, anchors in found.items()}  # fmt: skip
+    every = [a for anchors in statements.values() for a in anchors]
+    counts = {rid: every.count(rid) for rid in REQUIREMENT_BY_ID}
     assert {rid: n for rid, n in counts.items() if n != 1} == {}
-    assert sorted(set(anchors) - set(REQUIREMENT_BY_ID)) == []
+    for page, anchors in statements.items():
+        assert [a for a in anchors if _home(a) != page] == [], page
+    format_anchors = found[FORMAT_MD]
+    assert sorted(set(format_anchors) - set(REQUIREMENT_BY_ID)) == []
 
 
 def test_each_statement_is_rendered_with_its_level_and_text() -> None:
-    text = FORMAT_MD.read_text(encoding="utf-8")
+    texts = {page: page.read_text(encoding="utf-8") for page in STATEMENT_PAGES}
     for req in REQUIREMENTS:
-        assert docgen.requirement_item(req) in text, req.id
+        assert docgen.requirement_item(req) in texts[_home(req.id)], req.id
 
 
 # --------------------------------------------------------------------------- (c) citations
@@ -220,6 +239,7 @@ def test_ids_are_unique_and_well_formed() -> None:
             "converter",
             "spec",
             "adapter",
+            "set",
         ), req.id
         assert req.text == req.text.strip() and "\n" not in req.text, req.id
 
@@ -244,8 +264,8 @@ def _slug(heading: str) -> str:
     return re.sub(r"[-\s]+", "-", value)
 
 
-def _format_anchors() -> set[str]:
-    text = FORMAT_MD.read_text(encoding="utf-8")
+def _page_anchors(page: Path) -> set[str]:
+    text = page.read_text(encoding="utf-8")
     headings = re.findall(r"^#{1,6} (.+)$", _without_code_blocks(text), flags=re.M)
     return set(ANCHOR_RE.findall(text)) | {_slug(h) for h in headings}
 
@@ -255,16 +275,16 @@ def _without_code_blocks(text: str) -> str:
 
 
 def test_links_into_format_md_land_on_an_anchor() -> None:
-    anchors = _format_anchors()
+    """And links into every other page that states requirements."""
+    anchors = {page.resolve(): _page_anchors(page) for page in STATEMENT_PAGES}
     broken = []
     for page in docgen.doc_files():
         text = _without_code_blocks(page.read_text(encoding="utf-8"))
         for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
-            if target == "" and page != FORMAT_MD:
-                continue  # an anchor of another page
-            if target and (page.parent / target).resolve() != FORMAT_MD:
-                continue
-            if anchor not in anchors:
+            landing = (page.parent / target).resolve() if target else page.resolve()
+            if landing not in anchors:
+                continue  # a page that states no requirement
+            if anchor not in anchors[landing]:
                 broken.append(f"{page.relative_to(ROOT)}: #{anchor}")
     assert broken == []
 

@@ -56,6 +56,8 @@ from tools import DOCS, ROOT
 
 #: The page that holds the requirement anchors; links from other pages point here.
 SPEC_PAGE = DOCS / "spec" / "format.md"
+#: Requirements stated on a page of their own (every other prefix: SPEC_PAGE).
+REQUIREMENT_PAGES = {"SET": DOCS / "spec" / "sets.md"}
 
 BEGIN_RE = re.compile(r"^<!-- BEGIN GENERATED: (?P<kind>[A-Za-z0-9_-]+)(?: (?P<arg>[^ >]+))? -->$")
 END_LINE = "<!-- END GENERATED -->"
@@ -99,10 +101,11 @@ class Region:
 
 def requirement_link(rid: str, page: Path) -> str:
     """Markdown link to requirement ``rid`` as seen from ``page``."""
-    if page.resolve() == SPEC_PAGE.resolve():
+    home = REQUIREMENT_PAGES.get(requirement_prefix(rid), SPEC_PAGE)
+    if page.resolve() == home.resolve():
         target = ""
     else:
-        target = Path(os.path.relpath(SPEC_PAGE, page.parent)).as_posix()
+        target = Path(os.path.relpath(home, page.parent)).as_posix()
     return f"[{rid}]({target}#{rid})"
 
 

@@ -3,8 +3,9 @@
 Writes ``docs/conformance/traceability.md`` from the manifest and from the
 requirement ids that test functions cite (``tests/test_*.py``).  Every MUST
 requirement about files or readers must have at least one vector; writer,
-converter, spec and runtime requirements (a reader facing a file that changes while
-open, or presenting what it read) must be cited by at least one test.
+converter, spec, set (until the runner takes set vectors: issue 15) and runtime
+requirements (a reader facing a file that changes while open, or presenting what it read)
+must be cited by at least one test.
 ``python -m tools.regen`` writes (or checks) this page with every other generated file.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from spec.requirements import REQUIREMENTS
 from tools import DOCS, ROOT
+from tools.docgen import requirement_link
 
 OUTPUT = DOCS / "conformance" / "traceability.md"
 MANIFEST = ROOT / "conformance" / "manifest.json"
@@ -79,7 +81,7 @@ def render(manifest: dict) -> str:
             f" and {len(vs) - 6} more" if len(vs) > 6 else ""
         )
         ts = ", ".join(f"`{t}`" for t in tests.get(r.id, []))
-        link = f"[{r.id}](../spec/format.md#{r.id})"
+        link = requirement_link(r.id, OUTPUT)
         lines.append(f"| {link} | {r.level} | {r.subject} | {shown or '—'} | {ts or '—'} |")
     return "\n".join(lines) + "\n"
 

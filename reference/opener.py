@@ -1,0 +1,53 @@
+"""``reference.open``: one entry point for everything this package reads.
+
+An AWQ-v2 file (:class:`~reference.reader.Reader`), a file set
+(:class:`~reference.fileset.FileSet`), a model folder holding ``model.awq2``, or an AWQ v1 or
+compressed-tensors checkpoint (:mod:`reference.legacy`), each through the same API.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reference.checkpoint import is_safetensors
+from reference.files import open_regular
+from reference.fileset import FileSet, is_set_path
+from reference.folder import MODEL_FILE
+from reference.legacy import Checkpoint, open_checkpoint
+from reference.reader import Reader
+from spec.constants import MAGIC
+
+
+def open(  # noqa: A001
+    path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
+) -> Reader | FileSet | Checkpoint:
+    """Open an AWQ-v2 file, a file set, or an AWQ v1 or compressed-tensors checkpoint (file or
+    folder) through the same API.
+
+    A folder is a file set when it holds ``model.awq2.set.json`` (a path ending in ``.json``
+    is taken for that manifest) [SET-1]; else a model folder when it holds ``model.awq2``
+    (what ``reference.convert SRC DST/`` writes) [CONV-1]; else a checkpoint.
+
+    ``validate=True`` runs full validation before returning.  ``copy=True`` reads an AWQ-v2
+    file into private memory instead of mapping it (see :class:`Reader`: a mapped file
+    truncated meanwhile kills the process with SIGBUS); checkpoints ignore it.  A file is
+    AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors, is
+    a checkpoint: compressed-tensors when its ``config.json`` says so [CT-1], else AWQ v1
+    [V1-1].
+    """
+    p = Path(path)
+    if is_set_path(p):
+        return FileSet(p, validate=validate, copy=copy)
+    if p.is_dir():
+        if (p / MODEL_FILE).is_file():
+            return Reader(p / MODEL_FILE, validate=validate, copy=copy)
+        return open_checkpoint(p)
+    with open_regular(p) as f:
+        head = f.read(len(MAGIC))
+    if head != MAGIC and is_safetensors(p):
+        return open_checkpoint(p)
+    return Reader(p, validate=validate, copy=copy)
+
+
+__all__ = ["open"]

@@ -1,0 +1,186 @@
+"""Writing a set split by size: members filled in order, each at most ``max_size`` bytes.
+
+:class:`SetWriter` writes into a folder it is given (the converter's temporary folder, which
+:func:`reference.folder.publishing` renames into place whole [SET-9]); :func:`save_set`
+publishes one on its own.  A step (one quantised layer, or one tensor) is never split: before
+adding one, the writer asks the open member how long it would be with the step added
+(:meth:`Writer.size_with`, exact: the slab, the index and the trailer) and starts the next
+member if that is over the limit and the member already holds something [SET-10].  Every
+member stays open until :meth:`SetWriter.close`, so that metadata finished late (the
+converter's source hashes) reaches all of them.  Then each member is closed, renamed to
+``model-0000i-of-0000n.awq2``, and hashed, and the manifest is written last [SET-2].  A set of
+one member is written as ``model.awq2`` alone, without a manifest (as Hugging Face writes an
+unsharded ``model.safetensors``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from reference import folder
+from reference.layers import StoredTensor
+from reference.reader import Reader
+from reference.setmanifest import Manifest, Member, manifest_text
+from reference.writer import Writer
+from spec.constants import SET_MANIFEST
+
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}  # fmt: skip
+_HASH_CHUNK = 8 << 20
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: a whole number of bytes, or a number with a unit; ``KB``, ``MB``,
+    ``GB``, ``TB`` are powers of 1000 (as ``huggingface_hub``'s ``parse_size_to_int`` reads
+    them), ``KiB``... ``TiB`` powers of 1024; case does not matter.  ``ValueError`` for
+    anything else, or for less than one byte."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (examples: 5GB, 500MB, 2GiB, 1048576)")
+    try:
+        number = Decimal(match.group(1))
+    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only decimals
+        raise ValueError(f"not a size: {text!r}") from exc
+    size = int(number * _UNITS[(match.group(2) or "B").upper()])
+    if size < 1:
+        raise ValueError(f"a size of at least one byte, got {text!r}")
+    return size
+
+
+def member_name(i: int, count: int) -> str:
+    """The name of member ``i`` (from 1) of ``count``, in Hugging Face's pattern."""
+    return f"model-{i:05d}-of-{count:05d}.awq2"
+
+
+class SetWriter:
+    """Fills members of at most ``max_size`` bytes in ``out`` (an existing, empty folder)."""
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        max_size: int,
+        metadata: Mapping[str, Any] | None = None,
+        check: Callable[[Path], None] | None = None,
+        writeback: bool = False,
+        jobs: int = 1,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError(f"max_size must be at least 1, got {max_size}")
+        self.out, self.max_size = Path(out), max_size
+        self._metadata = metadata
+        self._check, self._writeback, self._jobs = check, writeback, max(1, jobs)
+        self._writers: list[Writer] = []
+        self._steps: list[int] = []  # steps in each member
+        self.members: list[Path] = []
+
+    def add_step(self, tensors: list[StoredTensor]) -> None:
+        """Add one step (a whole layer, or one tensor) to the open member, or to a new one
+        when it would take the open member over the limit [SET-10]."""
+        wanted = [(t.name, t.array.nbytes, t.array.ndim) for t in tensors]
+        if not self._writers or (
+            self._steps[-1] and self._writers[-1].size_with(wanted) > self.max_size
+        ):
+            self._new_member()
+        writer = self._writers[-1]
+        for t in tensors:
+            writer.add(t.name, t.array, **t.fields)
+        self._steps[-1] += 1
+
+    def add(self, name: str, array: Any, **fields: Any) -> None:
+        """One tensor as a step of its own."""
+        self.add_step([StoredTensor(name, array, fields)])
+
+    def _new_member(self) -> None:
+        path = self.out / f"part-{len(self._writers) + 1:05d}.awq2"
+        self._writers.append(Writer(path, metadata=self._metadata, check=self._check,
+                                    writeback=self._writeback))  # fmt: skip
+        self._steps.append(0)
+
+    def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:
+        """Metadata for every member [SET-10]; the same length keeps the sizes planned."""
+        self._metadata = metadata
+        for writer in self._writers:
+            writer.set_metadata(metadata)
+
+    def close(self) -> list[Path]:
+        """Close every member, name them, hash them and write the manifest; the members'
+        paths.  A member over the limit holding more than one step fails it (metadata that
+        grew after the split was planned)."""
+        if not self._writers:
+            self._new_member()  # an empty model is one empty member
+        for writer, steps in zip(self._writers, self._steps, strict=True):
+            if steps > 1 and writer.size_with() > self.max_size:
+                raise ValueError(f"{writer.path.name} would be {writer.size_with()} bytes, over "
+                                 f"the limit of {self.max_size} [SET-10]")  # fmt: skip
+        closed = []
+        while self._writers:
+            closed.append(self._writers.pop(0).close())
+        if len(closed) == 1:
+            final = self.out / folder.MODEL_FILE
+            os.rename(closed[0], final)
+            self.members = [final]
+            return self.members
+        self.members = []
+        for i, path in enumerate(closed, start=1):
+            final = self.out / member_name(i, len(closed))
+            os.rename(path, final)
+            self.members.append(final)
+        with ThreadPoolExecutor(self._jobs, thread_name_prefix="set-sha256") as pool:
+            described = list(pool.map(_describe, self.members))
+        folder.write_text(
+            self.out / SET_MANIFEST, manifest_text(Manifest("split", tuple(described)))
+        )
+        return self.members
+
+    def abort(self) -> None:
+        """Drop every member still open (the caller removes the folder it gave)."""
+        while self._writers:
+            self._writers.pop().abort()
+
+    def __enter__(self) -> SetWriter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _describe(path: Path) -> Member:
+    """A member's line of the manifest: its length, header checksum and SHA-256."""
+    with Reader(path) as reader:
+        crc = reader.header["header_crc"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return Member(path.name, path.stat().st_size, crc, digest.hexdigest())
+
+
+def save_set(
+    dst: str | os.PathLike[str],
+    tensors: Iterable[tuple[str, Any]] | Mapping[str, Any],
+    *,
+    max_size: int,
+    metadata: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """Write ``tensors`` (dense, one step each) as a set in the new folder ``dst``, published
+    whole [SET-9]; the members' paths."""
+    dst = Path(dst)
+    items = tensors.items() if isinstance(tensors, Mapping) else tensors
+    with folder.publishing(dst) as tmp:
+        with SetWriter(tmp, max_size=max_size, metadata=metadata) as writer:
+            for name, array in items:
+                writer.add(name, array)
+        names = [p.name for p in writer.members]
+    return [dst / name for name in names]
