@@ -30,6 +30,8 @@ STATEMENT_PAGES = (FORMAT_MD, *sorted(set(docgen.REQUIREMENT_PAGES.values())))
 
 def _home(rid: str) -> Path:
     return docgen.REQUIREMENT_PAGES.get(docgen.requirement_prefix(rid), FORMAT_MD)
+
+
 RATIONALE_MD = ROOT / "docs" / "spec" / "rationale.md"
 
 ID_RE = re.compile(r"^(?P<prefix>[A-Z][A-Z0-9]{0,4})-(?P<number>[1-9][0-9]*)$")
