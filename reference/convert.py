@@ -46,7 +46,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reference import __version__, folder, scratch
 from reference.errors import FormatError, error
@@ -56,8 +56,9 @@ from reference.legacy import Checkpoint, open_checkpoint
 from reference.opener import open as open_any
 from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
-from reference.setwriter import SetWriter, parse_size
+from reference.setwriter import RankSetWriter, SetWriter, parse_size
 from reference.text import escape
+from reference.tpsplit import Cut, SplitPlan, plan_for, read_rules, split_stored
 from reference.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
 from spec.constants import ALIGNMENT, MAGIC, SET_MANIFEST, SLAB_OFFSET
@@ -221,40 +222,62 @@ def convert(
     progress: bool = False,
     jobs: int | None = None,
     max_shard_size: int | None = None,
+    tp_size: int | None = None,
+    tp_rules: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Convert and return the summary (the same dict ``--json`` prints).
 
     ``jobs`` threads (default :func:`default_jobs`) read and repack layers; the file is
     written in plan order, so the bytes do not depend on ``jobs`` [CONV-3].  With
     ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
-    at that size (:mod:`reference.setwriter`) [SET-10]; its caller publishes the folder."""
+    at that size (:mod:`reference.setwriter`) [SET-10]; with ``tp_size``, a rank set cut by
+    :mod:`reference.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11]."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     with open_checkpoint(src_path) as src:
         plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
+        split = None if tp_size is None else split_plan(src, plan, tp_size, tp_rules)
         check = _verify_file if verify else None
-        sink: Writer | SetWriter
-        if max_shard_size is None:
+        sink: Writer | SetWriter | RankSetWriter
+        if split is not None:
+            sink = RankSetWriter(Path(dst_path), tp_size=split.plan.tp_size,
+                                 metadata=plan.metadata, check=check, writeback=jobs > 1,
+                                 jobs=jobs)  # fmt: skip
+        elif max_shard_size is None:
             sink = Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1)
         else:
             sink = SetWriter(Path(dst_path), max_size=max_shard_size, metadata=plan.metadata,
                              check=check, writeback=jobs > 1, jobs=jobs)  # fmt: skip
         with _source_digests(src, background=jobs > 1) as digests, sink:
             steps = _progress(plan.steps, enabled=progress)
-            for stored in _prepared(src, steps, jobs):
-                if isinstance(sink, SetWriter):
-                    sink.add_step(stored)
-                    continue
-                for tensor in stored:
-                    sink.add(tensor.name, tensor.array, **tensor.fields)
+            if isinstance(sink, RankSetWriter):
+                assert split is not None
+                for per_rank in _prepared(src, steps, jobs, split.prepare):
+                    sink.add_ranks(per_rank)
+            else:
+                for stored in _prepared(src, steps, jobs, _prepare_step):
+                    if isinstance(sink, SetWriter):
+                        sink.add_step(stored)
+                        continue
+                    for tensor in stored:
+                        sink.add(tensor.name, tensor.array, **tensor.fields)
             plan.metadata = plan_metadata(src, digests())  # the same length [META-3]
+            if split is not None:
+                plan.metadata["tensor_parallel"] = split.plan.description()
             sink.set_metadata(plan.metadata)
     summary = _summary(plan, dst_path)
-    if isinstance(sink, SetWriter):
+    if isinstance(sink, (SetWriter, RankSetWriter)):
         summary["members"] = [{"name": p.name, "size": p.stat().st_size} for p in sink.members]
+    if isinstance(sink, SetWriter):
         summary["max_shard_size"] = max_shard_size
+    if split is not None:  # the plan's sizes are the single file's: give the members' total
+        for key in ("payload_bytes", "index_bytes", "padding_bytes"):
+            del summary[key]
+        summary["file_size"] = sum(m["size"] for m in summary["members"])
+        summary["tp_size"] = split.plan.tp_size
+        summary["tp_rule_family"] = split.plan.family
     summary["verified"] = verify
     summary["jobs"] = jobs
     summary["seconds"] = round(time.perf_counter() - started, 3)
@@ -270,18 +293,22 @@ def convert_folder(
     progress: bool = False,
     jobs: int | None = None,
     max_shard_size: int | None = None,
+    tp_size: int | None = None,
+    tp_rules: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Convert a checkpoint folder to a servable model folder (:mod:`reference.folder`):
     ``model.awq2`` (or, with ``max_shard_size``, a set of members no larger than that and
-    its manifest [SET-10]), ``config.json`` naming ``awq_v2``, and the source's other files,
-    all published at once [CONV-1, CONV-2, SET-9].  Returns :func:`convert`'s summary plus
-    ``folder``, ``copied`` and ``not_copied``."""
+    its manifest [SET-10]; with ``tp_size``, a rank set [SET-11]), ``config.json`` naming
+    ``awq_v2``, and the source's other files, all published at once [CONV-1, CONV-2, SET-9].
+    Returns :func:`convert`'s summary plus ``folder``, ``copied`` and ``not_copied``."""
     src, dst = Path(src_path), Path(dst_dir)
     files = folder.plan_folder(src)
     with folder.publishing(dst) as tmp:
-        target = tmp if max_shard_size is not None else tmp / folder.MODEL_FILE
+        in_folder = max_shard_size is not None or tp_size is not None
+        target = tmp if in_folder else tmp / folder.MODEL_FILE
         summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
-                          max_shard_size=max_shard_size)  # fmt: skip
+                          max_shard_size=max_shard_size, tp_size=tp_size,
+                          tp_rules=tp_rules)  # fmt: skip
         with open_checkpoint(src) as checkpoint:
             family, config = checkpoint.family, checkpoint.config or {}
         with open_any(tmp) as written:
@@ -293,7 +320,7 @@ def convert_folder(
         folder.write_text(tmp / folder.CONFIG_FILE, text + "\n")
         for path in files.copies:
             folder.copy_file(path, tmp / path.name)
-    is_set = len(summary.get("members", ())) > 1
+    is_set = len(summary.get("members", ())) > 1 or "tp_size" in summary
     summary["destination"] = str(dst / (SET_MANIFEST if is_set else folder.MODEL_FILE))
     summary["folder"] = str(dst)
     summary["copied"] = [folder.CONFIG_FILE, *(p.name for p in files.copies)]
@@ -320,23 +347,66 @@ def _source_digests(src: Checkpoint, *, background: bool) -> Iterator[Callable[[
             stop.set()  # a no-op once the digests are in
 
 
-def _prepared(src: Checkpoint, steps: Iterable[Step], jobs: int) -> Iterator[list[StoredTensor]]:
-    """Each step's tensors, ready to write, in plan order.  With ``jobs > 1`` threads prepare
-    them (NumPy releases the GIL) in a window of ``2 * jobs`` steps: while the caller writes
-    one step, every thread still has a step to work on, and a step slower than the others
-    (the embedding) does not idle them.  Memory is about ``jobs`` layers being repacked plus
-    the finished ones waiting (their Marlin tensors, smaller than a repack's working set),
-    whatever the model's size [CONV-3]."""
+_Prepared = TypeVar("_Prepared")
+
+
+@dataclass
+class Split:
+    """A rank set's plan: the rule tables' answer and every step's cuts, checked from shapes
+    before anything is written [SET-11]."""
+
+    plan: SplitPlan
+    cuts: dict[str, list[Cut]]
+
+    def prepare(self, src: Checkpoint, step: Step) -> list[list[StoredTensor]]:
+        """Read and encode one step, then cut it: what each rank's file stores of it."""
+        return split_stored(_prepare_step(src, step), self.cuts[step.name], layer=step.layer)
+
+
+def split_plan(src: Checkpoint, plan: Plan, tp_size: int,
+               user_rules: Sequence[tuple[str, str]] = ()) -> Split:  # fmt: skip
+    """How every step of ``plan`` splits over ``tp_size`` ranks; refused (``TP_*``) with the
+    layer named when a rule is missing or a shard cannot be stored [SET-11, SET-12]."""
+    split = plan_for(src.config or {}, tp_size, user_rules=user_rules)
+    cuts = {}
+    for step in plan.steps:
+        if step.layer:
+            qi = src.entry(f"{step.name}.qweight")
+            cuts[step.name] = split.check_layer(step.name, family=step.family, k=qi.k, n=qi.n,
+                                                bits=qi.bits, group_size=qi.group_size)  # fmt: skip
+        else:
+            cuts[step.name] = split.check_dense(step.name, src.entry(step.name).shape)
+    metadata = {**plan.metadata, "tensor_parallel": split.description()}
+    try:
+        encode_metadata(metadata)
+    except ValueError as exc:  # pragma: no cover - user patterns are short JSON strings
+        raise ValueError(f"the split's description cannot be metadata: {exc}") from exc
+    plan.metadata = metadata
+    return Split(split, cuts)
+
+
+def _prepared(
+    src: Checkpoint,
+    steps: Iterable[Step],
+    jobs: int,
+    prepare: Callable[[Checkpoint, Step], _Prepared],
+) -> Iterator[_Prepared]:
+    """Each step, ``prepare``d (read and encoded; for a rank set, cut too), in plan order.
+    With ``jobs > 1`` threads prepare them (NumPy releases the GIL) in a window of
+    ``2 * jobs`` steps: while the caller writes one step, every thread still has a step to
+    work on, and a step slower than the others (the embedding) does not idle them.  Memory
+    is about ``jobs`` layers being repacked plus the finished ones waiting (their Marlin
+    tensors, smaller than a repack's working set), whatever the model's size [CONV-3]."""
     if jobs == 1:
         with scratch.reusing():
-            yield from (_prepare_step(src, step) for step in steps)
+            yield from (prepare(src, step) for step in steps)
         return
     # Each thread reuses its temporaries from one layer to the next (reference.scratch).
     with ThreadPoolExecutor(jobs, thread_name_prefix="convert", initializer=scratch.keep) as pool:
-        window: deque[Future[list[StoredTensor]]] = deque()
+        window: deque[Future[_Prepared]] = deque()
         try:
             for step in steps:
-                window.append(pool.submit(_prepare_step, src, step))
+                window.append(pool.submit(prepare, src, step))
                 if len(window) >= _WINDOW_PER_JOB * jobs:
                     yield window.popleft().result()
             while window:
@@ -398,26 +468,35 @@ def _summary(plan: Plan, dst: str | Path) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
     verb = "would write" if dry_run else "wrote"
-    print(f"{verb} {escape(str(summary['destination']))}: {summary['file_size']:,} bytes, "
-          f"{summary['tensors']} tensors, {summary['layers']} quantised layers "
+    files = f" in {len(summary['members'])} files" if "members" in summary else ""
+    each = " in each rank" if "tp_size" in summary else ""
+    print(f"{verb} {escape(str(summary['destination']))}: {summary['file_size']:,} bytes{files}, "
+          f"{summary['tensors']} tensors{each}, {summary['layers']} quantised layers "
           f"({summary['marlin_layers']} Marlin)")  # fmt: skip
-    pad = summary["padding_bytes"] / max(summary["file_size"], 1)
-    print(f"  payload {summary['payload_bytes']:,} B, index {summary['index_bytes']:,} B, "
-          f"padding {summary['padding_bytes']:,} B ({pad:.2%})")  # fmt: skip
+    if "padding_bytes" in summary:
+        pad = summary["padding_bytes"] / max(summary["file_size"], 1)
+        print(f"  payload {summary['payload_bytes']:,} B, index {summary['index_bytes']:,} B, "
+              f"padding {summary['padding_bytes']:,} B ({pad:.2%})")  # fmt: skip
     odd = summary["awq_layout_layers"]
     if odd:
         print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
         for name in odd:
             print(f"    {escape(name)}")
     members = summary.get("members", ())
-    if len(members) > 1:
+    if "tp_size" in summary:
+        family = summary["tp_rule_family"] or "given by --tp-rules"
+        print(f"  a rank set for tensor parallelism {summary['tp_size']} (rules: {family}), "
+              f"listed by {SET_MANIFEST}:")  # fmt: skip
+        for m in members:
+            print(f"    {escape(m['name'])}  {m['size']:,} bytes")
+    elif len(members) > 1:
         print(f"  a set of {len(members)} files of at most {summary['max_shard_size']:,} bytes "
               f"(apart from a single larger layer), listed by {SET_MANIFEST}:")  # fmt: skip
         for m in members:
             print(f"    {escape(m['name'])}  {m['size']:,} bytes")
     if "folder" in summary:
         copied = ", ".join(escape(name) for name in summary["copied"])
-        weights = "the set" if len(members) > 1 else "model.awq2"
+        weights = "the set" if len(members) > 1 or "tp_size" in summary else "model.awq2"
         print(f"  folder {escape(summary['folder'])}: {copied} copied beside {weights}")
     if not dry_run:
         print(f"  verified: {'yes' if summary['verified'] else 'no (--no-verify)'}; "
@@ -453,6 +532,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(5GB, 500MB, 2GiB or bytes; KB/MB/GB/TB are powers of 1000) listed by "
                         f"{SET_MANIFEST}; a single layer larger than SIZE gets a file of its "
                         "own; if everything fits in one file, it is model.awq2")  # fmt: skip
+    parser.add_argument("--tp", type=int, default=None, metavar="T",
+                        help="with a folder DST: write a rank set, one file per "
+                        "tensor-parallel rank holding that rank's shard of every layer (column, "
+                        "row, head and vocabulary splits as vLLM makes them, from the "
+                        "architecture's rule table)")  # fmt: skip
+    parser.add_argument("--tp-rules", type=Path, default=None, metavar="FILE",
+                        help="with --tp: a JSON list of [pattern, kind] rules tried before the "
+                        "architecture's table (kind: column, row, heads, kv_heads, vocab, "
+                        "replicated; the pattern matches a whole module name)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
@@ -510,6 +598,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
     if args.max_shard_size is not None and args.dst is not None and not to_folder:
         parser.error("--max-shard-size writes a folder: end DST with '/' (a set is a folder)")
+    if args.tp is not None and args.tp < 1:
+        parser.error(f"--tp must be at least 1, got {args.tp}")
+    if args.tp is not None and args.dst is not None and not to_folder:
+        parser.error("--tp writes a folder: end DST with '/' (a rank set is a folder)")
+    if args.tp is not None and args.max_shard_size is not None:
+        parser.error("--tp and --max-shard-size together are not supported yet")
+    if args.tp_rules is not None and args.tp is None:
+        parser.error("--tp-rules needs --tp")
+    try:
+        tp_rules = [] if args.tp_rules is None else read_rules(args.tp_rules)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--tp-rules: {exc}")
     args.dst = None if args.dst is None else Path(args.dst)
     refusal = check_paths(args.src, args.dst, to_folder=to_folder)
     if refusal is not None:
@@ -525,6 +625,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             with open_checkpoint(args.src) as src:
                 plan = make_plan(src, hash_sources=False)
+                if args.tp is not None:  # refused now, as the conversion would refuse it
+                    split_plan(src, plan, args.tp, tp_rules)
             summary = _summary(plan, args.dst or "(none)")
             summary["plan"] = [
                 {"name": s.name, "layout": s.family, "tensors": [t[0] for t in s.tensors]}
@@ -535,7 +637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if to_folder:
                 summary = convert_folder(args.src, args.dst, verify=not args.no_verify,
                                          jobs=args.jobs, progress=progress,
-                                         max_shard_size=args.max_shard_size)  # fmt: skip
+                                         max_shard_size=args.max_shard_size, tp_size=args.tp,
+                                         tp_rules=tp_rules)  # fmt: skip
             else:
                 summary = convert(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
                                   progress=progress)  # fmt: skip

@@ -117,6 +117,10 @@ class SetError(FormatError):
     error inside one member is that member's own ``FormatError``, naming its file."""
 
 
+class SplitError(FormatError):
+    """A model the rank-set writer cannot cut for tensor parallelism (SET-11, SET-12)."""
+
+
 class TensorNotFoundError(KeyError):
     """No tensor of that name in the file (not a format error)."""
 
@@ -138,6 +142,7 @@ _CLASSES: dict[str, type[FormatError]] = {
         LegacyError,
         UnsupportedError,
         SetError,
+        SplitError,
     )
 }
 

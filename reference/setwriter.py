@@ -1,4 +1,8 @@
-"""Writing a set split by size: members filled in order, each at most ``max_size`` bytes.
+"""Writing sets: split by size (:class:`SetWriter`), or one file per tensor-parallel rank
+(:class:`RankSetWriter`, fed by the converter with each rank's cut from
+:mod:`reference.tpsplit`) [SET-11].
+
+A split set's members are filled in order, each at most ``max_size`` bytes.
 
 :class:`SetWriter` writes into a folder it is given (the converter's temporary folder, which
 :func:`reference.folder.publishing` renames into place whole [SET-9]); :func:`save_set`
@@ -15,14 +19,15 @@ unsharded ``model.safetensors``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reference import folder
 from reference.layers import StoredTensor
@@ -60,7 +65,46 @@ def member_name(i: int, count: int) -> str:
     return f"model-{i:05d}-of-{count:05d}.awq2"
 
 
-class SetWriter:
+_W = TypeVar("_W", bound="_Members")
+
+
+class _Members:
+    """What both set writers share: members open until ``close`` (which the subclass
+    defines), dropped by ``abort``, and the manifest written last, after hashing them."""
+
+    out: Path
+    members: list[Path]
+    _writers: list[Writer]
+    _jobs: int
+
+    def close(self) -> list[Path]:
+        raise NotImplementedError
+
+    def _write_manifest(self, kind: str, *, tp_size: int | None = None) -> None:
+        """Hash the closed members and write the manifest listing them [SET-2, SET-9]."""
+        with ThreadPoolExecutor(self._jobs, thread_name_prefix="set-sha256") as pool:
+            described = list(pool.map(_describe, self.members))
+        if kind == "rank":  # member r holds rank r
+            described = [dataclasses.replace(m, rank=r) for r, m in enumerate(described)]
+        text = manifest_text(Manifest(kind, tuple(described), tp_size=tp_size))
+        folder.write_text(self.out / SET_MANIFEST, text)
+
+    def abort(self) -> None:
+        """Drop every member still open (the caller removes the folder it gave)."""
+        while self._writers:
+            self._writers.pop().abort()
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class SetWriter(_Members):
     """Fills members of at most ``max_size`` bytes in ``out`` (an existing, empty folder)."""
 
     def __init__(
@@ -134,26 +178,66 @@ class SetWriter:
             final = self.out / member_name(i, len(closed))
             os.rename(path, final)
             self.members.append(final)
-        with ThreadPoolExecutor(self._jobs, thread_name_prefix="set-sha256") as pool:
-            described = list(pool.map(_describe, self.members))
-        folder.write_text(
-            self.out / SET_MANIFEST, manifest_text(Manifest("split", tuple(described)))
-        )
+        self._write_manifest("split")
         return self.members
 
-    def abort(self) -> None:
-        """Drop every member still open (the caller removes the folder it gave)."""
-        while self._writers:
-            self._writers.pop().abort()
 
-    def __enter__(self) -> SetWriter:
-        return self
+def rank_member_name(rank: int, tp_size: int) -> str:
+    """The name of rank ``rank``'s file in a rank set cut for ``tp_size`` ranks."""
+    return f"model-tp{tp_size}-rank{rank}.awq2"
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-        else:
+
+class RankSetWriter(_Members):
+    """One member per tensor-parallel rank in ``out`` (an existing, empty folder): rank ``r``'s
+    file receives rank ``r``'s part of every step [SET-7, SET-11].  As :class:`SetWriter`,
+    every member stays open until :meth:`close`, which hashes them and writes the manifest
+    (``kind: "rank"``) last."""
+
+    def __init__(
+        self,
+        out: Path,
+        *,
+        tp_size: int,
+        metadata: Mapping[str, Any] | None = None,
+        check: Callable[[Path], None] | None = None,
+        writeback: bool = False,
+        jobs: int = 1,
+    ) -> None:
+        if tp_size < 1:
+            raise ValueError(f"tp_size must be at least 1, got {tp_size}")
+        self.out, self.tp_size, self._jobs = Path(out), tp_size, max(1, jobs)
+        self._writers: list[Writer] = []
+        self.members: list[Path] = []
+        try:
+            for rank in range(tp_size):
+                path = self.out / rank_member_name(rank, tp_size)
+                self._writers.append(Writer(path, metadata=metadata, check=check,
+                                            writeback=writeback))  # fmt: skip
+        except BaseException:
             self.abort()
+            raise
+
+    def add_ranks(self, per_rank: Sequence[Iterable[StoredTensor]]) -> None:
+        """One step: ``per_rank[r]`` is what rank ``r``'s file stores of it."""
+        if len(per_rank) != self.tp_size:
+            raise ValueError(f"{len(per_rank)} parts for {self.tp_size} ranks")
+        for writer, tensors in zip(self._writers, per_rank, strict=True):
+            for t in tensors:
+                writer.add(t.name, t.array, **t.fields)
+
+    def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:
+        """Metadata for every rank's file (the same in each)."""
+        for writer in self._writers:
+            writer.set_metadata(metadata)
+
+    def close(self) -> list[Path]:
+        """Close every member, hash them and write the manifest; the members' paths."""
+        closed = []
+        while self._writers:
+            closed.append(self._writers.pop(0).close())
+        self.members = [Path(p) for p in closed]
+        self._write_manifest("rank", tp_size=self.tp_size)
+        return self.members
 
 
 def _describe(path: Path) -> Member:

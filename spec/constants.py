@@ -74,3 +74,7 @@ MAX_SET_FILES = 1 << 16
 
 #: Largest value of a u64 field.
 U64_MAX = (1 << 64) - 1
+#: Rank sets: a vocabulary table is padded to a multiple of this many rows before it is cut
+#: (vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``, vllm/model_executor/layers/vocab_parallel_embedding.py
+#: line 36 in 0.33.0) [SET-11].
+VOCAB_PADDING = 64

@@ -409,5 +409,25 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("SET-8",),
         "a member whose SHA-256 is not the set manifest's (found by verify)",
     ),
+    ErrorCode(
+        "TP_NO_RULE",
+        "SplitError",
+        ("SET-11",),
+        "a quantised layer that no tensor-parallel rule names (writing a rank set)",
+    ),
+    ErrorCode(
+        "TP_BAD_SHARD",
+        "SplitError",
+        ("SET-11", "SET-12"),
+        "a tensor-parallel cut that does not divide evenly, or a shard that breaks its layout's "
+        "shape rules (writing a rank set)",
+    ),
+    ErrorCode(
+        "TP_BAD_CONFIG",
+        "SplitError",
+        ("SET-11", "SET-12"),
+        "attention-head counts missing from config.json or not matching a layer, or an "
+        "architecture without a rule table (writing a rank set)",
+    ),
 )
 ERROR_BY_CODE = {e.code: e for e in ERROR_CODES}

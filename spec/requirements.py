@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec.constants import MAX_METADATA_LENGTH, MAX_SET_FILES, SET_MANIFEST, SET_VERSION
+from spec.constants import (
+    MAX_METADATA_LENGTH,
+    MAX_SET_FILES,
+    SET_MANIFEST,
+    SET_VERSION,
+    VOCAB_PADDING,
+)
 
 
 @dataclass(frozen=True)
@@ -568,8 +574,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "In a rank set, every rank MUST hold the same tensor names, and each name the same "
         "dtype, layout, shape, `bits`, `group_size`, `k` and `n` in every rank "
         "(`SET_RANK_MISMATCH`): rank `r`'s members hold rank `r`'s part of every tensor, already "
-        "cut, and a quantised layer there is exactly the shard of the whole layer that "
-        "`linear(prefix, tp_rank=r, tp_size=tp_size)` gives.",
+        "cut, and a quantised layer there is exactly a shard of the whole layer that "
+        "`linear(prefix, tp_rank=i, tp_size=c, parallel=p)` gives (which one: SET-11, SET-12).",
         subject="set",
     ),
     _r(
@@ -600,6 +606,35 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "alone exceeds it; it SHOULD fill each member in order before it starts the next, and "
         "SHOULD write the same metadata to every member. The set's metadata is its first "
         "member's.",
+        subject="writer",
+    ),
+    _r(
+        "SET-11",
+        "MUST",
+        "A writer of a rank set for `T` ranks MUST store in rank `r`'s members rank `r`'s part "
+        "of every tensor as the engine holds it: for a quantised layer, the shard "
+        "`linear(prefix, tp_rank=i, tp_size=c, parallel=p)` of the whole layer (stored with the "
+        "shard's `k` and `n`, in the layout family the whole layer has); for a dense tensor, "
+        "the same cut of its rows (column-parallel: a weight's output features, and its bias) "
+        "or of its columns (row-parallel: a weight's input features; the bias whole). "
+        "Column-parallel and row-parallel modules take `(i, c) = (r, T)`; vocabulary tables "
+        f"`[vocab, hidden]` are padded with zero rows to a multiple of {VOCAB_PADDING} and then "
+        "cut by rows, `(r, T)`; every other tensor is whole. Which modules are which comes from "
+        "a rule table per architecture that the writer documents and records in every member's "
+        "metadata under `tensor_parallel`. Before writing anything it MUST refuse, naming the "
+        "layer: a quantised layer no rule names (`TP_NO_RULE`), a cut that does not divide "
+        "evenly or a shard that breaks its layout's shape rules (`TP_BAD_SHARD`), and "
+        "attention-head counts it cannot read or that do not match the layer (`TP_BAD_CONFIG`).",
+        subject="writer",
+    ),
+    _r(
+        "SET-12",
+        "MUST",
+        "Attention heads MUST be cut whole, as vLLM's `QKVParallelLinear` cuts them: query "
+        "heads with `(i, c) = (r, T)`, `T` dividing their number; key/value heads likewise when "
+        "`T` divides their number `kv`, and, when `kv` divides `T` instead, with "
+        "`(i, c) = (r // (T / kv), kv)`: each key/value head whole, replicated on `T / kv` "
+        "consecutive ranks.",
         subject="writer",
     ),
     # ---- checksums

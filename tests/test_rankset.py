@@ -1,0 +1,289 @@
+"""Rank sets written by ``convert --tp T`` (SET-7, SET-11, SET-12; docs/spec/sets.md).
+
+The expected value of every rank's tensor is cut here from the single-file conversion of the
+same checkpoint, with the cut the rules state, written out per module in :func:`expected_cut`
+(not taken from reference.tpsplit): column and row modules ``(r, T)``, query heads ``(r, T)``,
+key/value heads ``(r // (T / kv), kv)`` when there are fewer of them than ranks, vocabulary
+rows padded with zeros to a multiple of 64, everything else whole.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import reference
+from reference.convert import convert_folder
+from reference.convert import main as convert_main
+from reference.errors import FormatError
+from reference.examples import LlamaShape, write_checkpoint
+from reference.fileset import FileSet
+from reference.tpsplit import plan_for
+from spec.constants import ALIGNMENT, SET_MANIFEST
+
+#: T = 4 with 8 query heads and 2 key/value heads of 64: each KV head on two ranks; a
+#: vocabulary of 1000 rows, padded to 1024.  Every shard passes Marlin's shape rules.
+WIDE = LlamaShape(hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+                  num_key_value_heads=2, vocab_size=1000, attention_bias=True)  # fmt: skip
+
+
+def expected_cut(module: str, t: int, shape: LlamaShape) -> list[tuple[str | None, int, int]]:
+    """(parallel, index, count) of each rank, from SET-11 and SET-12."""
+    last = module.rsplit(".", 1)[-1]
+    kv = shape.num_key_value_heads
+    if last in ("q_proj", "gate_proj", "up_proj"):
+        return [("column", r, t) for r in range(t)]
+    if last in ("k_proj", "v_proj"):
+        if kv % t == 0:
+            return [("column", r, t) for r in range(t)]
+        return [("column", r // (t // kv), kv) for r in range(t)]
+    if last in ("o_proj", "down_proj"):
+        return [("row", r, t) for r in range(t)]
+    return [(None, 0, 1)] * t
+
+
+def _source(tmp: Path, shape: LlamaShape) -> Path:
+    return write_checkpoint(tmp / "src", shape)
+
+
+@pytest.fixture(scope="module", params=[(2, LlamaShape()), (4, WIDE)], ids=["tp2", "tp4"])
+def converted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    t, shape = request.param
+    tmp = tmp_path_factory.mktemp(f"tp{t}")
+    src = _source(tmp, shape)
+    convert_folder(src, tmp / "single", jobs=1)
+    convert_folder(src, tmp / "ranks", jobs=2, tp_size=t)
+    return t, shape, tmp / "single", tmp / "ranks"
+
+
+def test_every_layer_of_every_rank_is_the_single_files_shard(converted: Any) -> None:
+    """[SET-7, SET-11, SET-12]: each rank's layer equals the shard cut from the single file."""
+    t, shape, single, ranks = converted
+    with reference.open(single) as one, reference.open(ranks) as many:
+        assert isinstance(many, FileSet) and many.kind == "rank" and many.tp_size == t
+        layers = one.layers()
+        assert len(layers) == 7 * shape.num_hidden_layers
+        for prefix in layers:
+            for r, (parallel, index, count) in enumerate(expected_cut(prefix, t, shape)):
+                want = one.linear(prefix, tp_rank=index, tp_size=count, parallel=parallel)
+                got = many.linear(prefix, tp_rank=r)
+                assert (got.tp_rank, got.tp_size) == (r, t)
+                assert (got.layout, got.k, got.n) == (want.layout, want.k, want.n), prefix
+                for part in ("qweight", "scales", "qzeros"):
+                    a, b = getattr(got, part), getattr(want, part)
+                    assert a.dtype == b.dtype and np.array_equal(a, b), (prefix, r, part)
+                if want.bias is None:
+                    assert got.bias is None
+                else:
+                    assert np.array_equal(got.bias, want.bias), (prefix, r, "bias")
+
+
+def test_dense_tensors_are_cut_as_the_engine_holds_them(converted: Any) -> None:
+    """[SET-11]: vocabulary tables padded to a multiple of 64 rows and cut by rows; norms
+    whole on every rank."""
+    t, shape, single, ranks = converted
+    padded = -(-shape.vocab_size // 64) * 64
+    rows = padded // t
+    with reference.open(single) as one, reference.open(ranks) as many:
+        for name in ("model.embed_tokens.weight", "lm_head.weight"):
+            table = one.tensor(name)
+            full = np.zeros((padded, table.shape[1]), table.dtype)
+            full[: table.shape[0]] = table
+            for r in range(t):
+                got = many.tensor(name, rank=r)
+                assert got.shape == (rows, shape.hidden_size)
+                assert np.array_equal(got, full[r * rows : (r + 1) * rows]), (name, r)
+        for name in ("model.norm.weight", "model.layers.0.input_layernorm.weight"):
+            for r in range(t):
+                assert np.array_equal(many.tensor(name, rank=r), one.tensor(name))
+
+
+def test_every_payload_of_every_rank_is_aligned(converted: Any) -> None:
+    """The reason for rank sets: each rank's payloads start on 64 KiB boundaries."""
+    t, _shape, _single, ranks = converted
+    with reference.open(ranks) as many:
+        for r in range(t):
+            for info in many.entries(rank=r):
+                assert info.offset % ALIGNMENT == 0, (r, info.name, info.offset)
+
+
+def test_rank_set_validates_verifies_and_records_its_split(converted: Any) -> None:
+    """[SET-8, SET-11]: the whole set passes full validation and verification; the manifest
+    lists one file per rank; every member's metadata records the same split."""
+    t, shape, _single, ranks = converted
+    with reference.open(ranks, validate=True) as many:
+        many.verify()
+        split = [m.metadata["tensor_parallel"] for m in many.members]
+    assert all(s == split[0] for s in split)
+    assert split[0]["tp_size"] == t and split[0]["rule_family"] == "llama"
+    assert split[0]["num_key_value_heads"] == shape.num_key_value_heads
+    manifest = json.loads((ranks / SET_MANIFEST).read_text(encoding="utf-8"))
+    assert manifest["kind"] == "rank" and manifest["tp_size"] == t
+    assert [f["rank"] for f in manifest["files"]] == list(range(t))
+    config = json.loads((ranks / "config.json").read_text(encoding="utf-8"))
+    assert config["quantization_config"]["quant_method"] == "awq_v2"
+
+
+def test_rank_set_bytes_do_not_depend_on_jobs(tmp_path: Path) -> None:
+    """[CONV-3]: the members are byte-identical whatever the number of threads."""
+    src = _source(tmp_path, LlamaShape())
+    convert_folder(src, tmp_path / "a", jobs=1, tp_size=2)
+    convert_folder(src, tmp_path / "b", jobs=3, tp_size=2)
+    for name in ("model-tp2-rank0.awq2", "model-tp2-rank1.awq2", SET_MANIFEST):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_user_rules_come_first(tmp_path: Path) -> None:
+    """[SET-11]: a rule given with --tp-rules overrides the table: here down_proj whole."""
+    src = _source(tmp_path, LlamaShape())
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([[r".+\.mlp\.down_proj", "replicated"]]), encoding="utf-8")
+    assert convert_main([str(src), str(tmp_path / "out") + "/", "--tp", "2", "--tp-rules",
+                         str(rules), "--quiet"]) == 0  # fmt: skip
+    convert_folder(src, tmp_path / "single", jobs=1)
+    with reference.open(tmp_path / "single") as one, reference.open(tmp_path / "out") as many:
+        prefix = "model.layers.1.mlp.down_proj"
+        for r in range(2):
+            assert np.array_equal(many.linear(prefix, tp_rank=r).qweight,
+                                  one.linear(prefix).qweight)  # fmt: skip
+        assert many.members[0].metadata["tensor_parallel"]["rules"][0] == [
+            r".+\.mlp\.down_proj",
+            "replicated",
+        ]
+
+
+# ------------------------------------------------------------------------------- refusals
+
+
+def _refused(tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    dst = tmp_path / "out"
+    assert convert_main([*argv[:1], str(dst) + "/", *argv[1:]]) == 1
+    assert not dst.exists()  # nothing published
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    return capsys.readouterr().err
+
+
+def test_a_shard_that_breaks_marlin_is_refused_with_the_layer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[SET-11]: at T = 4 the default example's o_proj shard would have k = 64."""
+    src = _source(tmp_path / "s", LlamaShape())
+    err = _refused(tmp_path, [str(src), "--tp", "4"], capsys)
+    assert "[TP_BAD_SHARD]" in err and "model.layers.0.self_attn.o_proj" in err
+    assert convert_main([str(src), "--dry-run", "--tp", "4"]) == 1  # refused by the plan too
+
+
+def test_heads_that_do_not_split_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[SET-12]: 12 query heads split over 3 ranks, but 2 KV heads do not: neither of 2 and
+    3 divides the other.  (576 vocabulary rows split over 3 ranks too.)"""
+    src = _source(tmp_path / "s", LlamaShape(hidden_size=768, num_attention_heads=12,
+                                             num_key_value_heads=2, vocab_size=576,
+                                             intermediate_size=768))  # fmt: skip
+    err = _refused(tmp_path, [str(src), "--tp", "3"], capsys)
+    assert "[TP_BAD_SHARD]" in err and "k_proj" in err and "2 heads" in err
+
+
+def test_an_unnamed_quantised_layer_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[SET-11]: an architecture without a table needs rules; a layer they miss: TP_NO_RULE."""
+    src = _source(tmp_path / "s", LlamaShape())
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config["architectures"] = ["SomethingNewForCausalLM"]
+    (src / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    err = _refused(tmp_path, [str(src), "--tp", "2"], capsys)
+    assert "[TP_BAD_CONFIG]" in err and "SomethingNewForCausalLM" in err
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([[r".+\.self_attn\.[qkvo]_proj", "column"]]), encoding="utf-8")
+    err = _refused(tmp_path, [str(src), "--tp", "2", "--tp-rules", str(rules)], capsys)
+    assert "[TP_NO_RULE]" in err and "mlp" in err
+
+
+def test_heads_that_do_not_match_the_layer_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[SET-11]: config.json's head counts must describe the layer they cut."""
+    src = _source(tmp_path / "s", LlamaShape())
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config["head_dim"] = 32
+    (src / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    err = _refused(tmp_path, [str(src), "--tp", "2"], capsys)
+    assert "[TP_BAD_CONFIG]" in err and "k_proj" in err and "heads of 32" in err
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--tp", "0"],
+        ["--tp", "2", "--max-shard-size", "1MB"],
+        ["--tp-rules", "rules.json"],
+        ["--tp", "2", "--tp-rules", "missing.json"],
+    ],
+)
+def test_usage_errors(tmp_path: Path, extra: list[str]) -> None:
+    src = _source(tmp_path, LlamaShape())
+    extra = [str(tmp_path / e) if e.endswith(".json") else e for e in extra]
+    with pytest.raises(SystemExit) as exit_info:
+        convert_main([str(src), str(tmp_path / "out") + "/", *extra])
+    assert exit_info.value.code == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_destination_is_a_usage_error(tmp_path: Path) -> None:
+    src = _source(tmp_path, LlamaShape())
+    with pytest.raises(SystemExit) as exit_info:
+        convert_main([str(src), str(tmp_path / "x.awq2"), "--tp", "2"])
+    assert exit_info.value.code == 2
+
+
+def test_bad_rules_files_are_usage_errors(tmp_path: Path) -> None:
+    src = _source(tmp_path, LlamaShape())
+    for text in ('{"rules": 3}', '[["(", "column"]]', '[["x", "diagonal"]]', "not json"):
+        (tmp_path / "rules.json").write_text(text, encoding="utf-8")
+        with pytest.raises(SystemExit) as exit_info:
+            convert_main([str(src), str(tmp_path / "out") + "/", "--tp", "2",
+                          "--tp-rules", str(tmp_path / "rules.json")])  # fmt: skip
+        assert exit_info.value.code == 2
+
+
+# ------------------------------------------------------------------- the tables themselves
+
+
+@pytest.mark.parametrize(
+    ("architecture", "module", "kind"),
+    [
+        ("LlamaForCausalLM", "model.embed_tokens", "vocab"),
+        ("LlamaForCausalLM", "lm_head", "vocab"),
+        ("MistralForCausalLM", "model.layers.3.self_attn.q_proj", "heads"),
+        ("Qwen2ForCausalLM", "model.layers.3.self_attn.k_proj", "kv_heads"),
+        ("Qwen3ForCausalLM", "model.layers.3.self_attn.v_proj", "kv_heads"),
+        ("Qwen3ForCausalLM", "model.layers.3.self_attn.q_norm", None),
+        ("LlamaForCausalLM", "model.layers.3.self_attn.o_proj", "row"),
+        ("LlamaForCausalLM", "model.layers.3.mlp.gate_proj", "column"),
+        ("LlamaForCausalLM", "model.layers.3.mlp.up_proj", "column"),
+        ("LlamaForCausalLM", "model.layers.3.mlp.down_proj", "row"),
+        ("LlamaForCausalLM", "model.layers.3.input_layernorm", None),
+        # vLLM's FusedMoE: w1/w3 split the intermediate size (column), w2 its input (row);
+        # the router (GateLinear) is whole on every rank.
+        ("MixtralForCausalLM", "model.layers.3.block_sparse_moe.experts.7.w1", "column"),
+        ("MixtralForCausalLM", "model.layers.3.block_sparse_moe.experts.7.w3", "column"),
+        ("MixtralForCausalLM", "model.layers.3.block_sparse_moe.experts.7.w2", "row"),
+        ("MixtralForCausalLM", "model.layers.3.block_sparse_moe.gate", "replicated"),
+    ],
+)
+def test_rule_tables(architecture: str, module: str, kind: str | None) -> None:
+    """[SET-11]: the documented table of each supported architecture."""
+    plan = plan_for({"architectures": [architecture], "num_attention_heads": 8}, 2)
+    assert plan.kind(module) == kind
+
+
+def test_rank_errors_are_format_errors() -> None:
+    with pytest.raises(FormatError) as info:
+        plan_for({"architectures": ["Nope"]}, 2)
+    assert info.value.code == "TP_BAD_CONFIG"
