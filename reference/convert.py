@@ -377,10 +377,12 @@ def split_plan(src: Checkpoint, plan: Plan, tp_size: int,
         else:
             cuts[step.name] = split.check_dense(step.name, src.entry(step.name).shape)
     metadata = {**plan.metadata, "tensor_parallel": split.description()}
-    try:
+    try:  # user rules reach the metadata: what a reader would refuse is refused here
         encode_metadata(metadata)
-    except ValueError as exc:  # pragma: no cover - user patterns are short JSON strings
-        raise ValueError(f"the split's description cannot be metadata: {exc}") from exc
+    except ValueError as exc:
+        message = "the tensor-parallel rules cannot be AWQ-v2 metadata"
+        raise error("TP_BAD_CONFIG", message, expected="metadata a reader accepts",
+                    found=str(exc)[:200]) from exc  # fmt: skip
     plan.metadata = metadata
     return Split(split, cuts)
 

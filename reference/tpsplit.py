@@ -38,15 +38,19 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 from numpy.typing import NDArray
 
 from reference.errors import FormatError, error
+from reference.files import open_regular
 from reference.layers import LinearLayer, StoredTensor, shard
 from spec.constants import VOCAB_PADDING
 from spec.marlin import marlin_shape_ok, pack_factor
+
+#: The longest --tp-rules file read (a rule table is a few lines).
+MAX_RULES_FILE = 1 << 20
 
 KINDS = ("column", "row", "heads", "kv_heads", "vocab", "replicated")
 Kind = Literal["column", "row", "heads", "kv_heads", "vocab", "replicated"]
@@ -109,13 +113,19 @@ class Heads:
         """``num_attention_heads``, ``num_key_value_heads`` (default: the heads) and
         ``head_dim`` (default ``hidden_size // num_attention_heads``); None without heads."""
         heads = config.get("num_attention_heads")
-        if not isinstance(heads, int) or heads < 1:
+        if not _count(heads):
             return None
         kv = config.get("num_key_value_heads") or heads
-        head_dim = config.get("head_dim") or int(config.get("hidden_size") or 0) // heads
-        if not isinstance(kv, int) or kv < 1 or not isinstance(head_dim, int) or head_dim < 1:
+        hidden = config.get("hidden_size")
+        head_dim = config.get("head_dim") or (hidden // heads if _count(hidden) else None)
+        if not _count(kv) or not _count(head_dim):
             return None
         return cls(heads, kv, head_dim)
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    """A positive integer (a JSON ``true`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 class SplitPlan:
@@ -329,8 +339,13 @@ def split_stored(stored: list[StoredTensor], cuts: Sequence[Cut], *, layer: bool
 
 def read_rules(path: Path) -> list[tuple[str, str]]:
     """User rules from a JSON file: ``[["pattern", "kind"], ...]`` (or ``{"rules": [...]}``);
-    ``ValueError`` naming what is wrong."""
-    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    ``ValueError`` naming what is wrong; ``OSError`` for a file that is not a regular file (a
+    FIFO is refused, not waited on) or cannot be read."""
+    with open_regular(path) as f:
+        raw = f.read(MAX_RULES_FILE + 1)
+    if len(raw) > MAX_RULES_FILE:
+        raise ValueError(f"{path}: longer than {MAX_RULES_FILE} bytes")
+    document = json.loads(raw.decode("utf-8"))
     items = document.get("rules") if isinstance(document, dict) else document
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a list of [pattern, kind] pairs")

@@ -10,6 +10,7 @@ rows padded with zeros to a multiple of 64, everything else whole.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,46 @@ def test_bad_rules_files_are_usage_errors(tmp_path: Path) -> None:
             convert_main([str(src), str(tmp_path / "out") + "/", "--tp", "2",
                           "--tp-rules", str(tmp_path / "rules.json")])  # fmt: skip
         assert exit_info.value.code == 2
+
+
+def test_a_rules_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO named as the rules file is a usage error at once (nobody ever writes to it)."""
+    src = _source(tmp_path, LlamaShape())
+    fifo = tmp_path / "rules.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as exit_info:
+        convert_main([str(src), str(tmp_path / "out") + "/", "--tp", "2", "--tp-rules", str(fifo)])
+    assert exit_info.value.code == 2
+
+
+def test_rules_the_metadata_cannot_hold_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[SET-11]: the rules go into every member's metadata; a pattern holding a lone surrogate
+    (valid JSON, not UTF-8) is refused with a code, not a traceback."""
+    src = _source(tmp_path / "s", LlamaShape())
+    rules = tmp_path / "rules.json"
+    rules.write_text('[["x\\ud800|nothing", "replicated"]]', encoding="utf-8")
+    err = _refused(tmp_path, [str(src), "--tp", "2", "--tp-rules", str(rules)], capsys)
+    assert "[TP_BAD_CONFIG]" in err and "metadata" in err
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_attention_heads", "abc"), ("num_attention_heads", True),
+     ("num_attention_heads", 0), ("hidden_size", None)],
+)  # fmt: skip
+def test_unusable_head_geometry_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: Any
+) -> None:
+    """[SET-11]: head counts that are not positive integers (or, without head_dim, no
+    hidden_size) leave no head geometry: TP_BAD_CONFIG naming the layer, not a traceback."""
+    src = _source(tmp_path / "s", LlamaShape())
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config[key] = value
+    (src / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    err = _refused(tmp_path, [str(src), "--tp", "2"], capsys)
+    assert "[TP_BAD_CONFIG]" in err and "self_attn" in err
 
 
 # ------------------------------------------------------------------- the tables themselves
