@@ -362,33 +362,48 @@ def _reported_code(out: str) -> str | None:
         return first if _CODE.match(first) else None
 
 
+def _key(item: dict[str, Any], name: str) -> tuple[Any, Any]:
+    """How a tensor or layer is matched: by name (prefix) and, in a rank set, rank [ADP-3]."""
+    return item.get("rank"), item.get(name)
+
+
+def _show_key(key: tuple[Any, Any]) -> str:
+    rank, name = key
+    return repr(name) if rank is None else f"{name!r} of rank {rank!r}"
+
+
 def compare(expected: dict[str, Any], got: dict[str, Any]) -> str:
     """The first difference between the expected content and a loader's document, or ''."""
-    want_t = {t["name"]: t for t in expected["tensors"]}
-    got_t = {t.get("name"): t for t in got.get("tensors", []) if isinstance(t, dict)}
+    if expected.get("set") != got.get("set"):  # a file set's kind and TP degree, or no set
+        return f"set expected {expected.get('set')!r}, found {got.get('set')!r}"
+    want_t = {_key(t, "name"): t for t in expected["tensors"]}
+    got_t = {_key(t, "name"): t for t in got.get("tensors", []) if isinstance(t, dict)}
     if set(want_t) != set(got_t):
-        missing = sorted(set(want_t) - set(got_t))[:3]
-        extra = sorted(set(got_t) - set(want_t), key=str)[:3]
+        missing = [_show_key(k) for k in sorted(set(want_t) - set(got_t), key=str)[:3]]
+        extra = [_show_key(k) for k in sorted(set(got_t) - set(want_t), key=str)[:3]]
         return f"tensor names differ: missing {missing}, unexpected {extra}"
-    for name in sorted(want_t):
-        for key in ("dtype", "shape", "layout", "sha256"):
-            if got_t[name].get(key) != want_t[name][key]:
-                want, found = want_t[name][key], got_t[name].get(key)
-                return f"tensor {name!r}: {key} expected {want!r}, found {found!r}"
-    want_l = {layer["prefix"]: layer for layer in expected.get("layers", [])}
+    for key in sorted(want_t, key=str):
+        for field_name in ("dtype", "shape", "layout", "sha256"):
+            want, found = want_t[key][field_name], got_t[key].get(field_name)
+            if found != want:
+                return f"tensor {_show_key(key)}: {field_name} expected {want!r}, found {found!r}"
+    want_l = {_key(layer, "prefix"): layer for layer in expected.get("layers", [])}
     got_l = {
-        layer.get("prefix"): layer
+        _key(layer, "prefix"): layer
         for layer in got.get("layers", []) or []
         if isinstance(layer, dict)
     }
     if set(want_l) != set(got_l):
-        want_names, got_names = sorted(want_l)[:3], sorted(got_l, key=str)[:3]
+        want_names = [_show_key(k) for k in sorted(want_l, key=str)[:3]]
+        got_names = [_show_key(k) for k in sorted(got_l, key=str)[:3]]
         return f"quantised layers differ: expected {want_names}, found {got_names}"
-    for prefix in sorted(want_l):
-        for key, value in want_l[prefix].items():
-            if got_l[prefix].get(key) != value:
+    for key in sorted(want_l, key=str):
+        for field_name, value in want_l[key].items():
+            if got_l[key].get(field_name) != value:
+                found_value = got_l[key].get(field_name)
                 return (
-                    f"layer {prefix!r}: {key} expected {value!r}, found {got_l[prefix].get(key)!r}"
+                    f"layer {_show_key(key)}: {field_name} expected {value!r}, "
+                    f"found {found_value!r}"
                 )
     found = exactjson.difference(expected.get("metadata", {}), got.get("metadata", {}), "metadata")
     return f"metadata differs: {found}" if found else ""  # numbers by lexeme [ADP-1]
@@ -428,16 +443,23 @@ def run(
         for v in manifest["vectors"]:
             if only and not re.search(only, v["id"]):
                 continue
-            data = (root / v["file"]).read_bytes()
+            listed = suite_module.vector_files(v)
+            given = Path(suite_module.vector_path(v)).name
+            files = {Path(item.path).name: (root / item.path).read_bytes() for item in listed}
             for loader, folder in zip(loaders, folders, strict=True):
-                copy = _private_copy(data, Path(v["file"]).name, folder)
+                if "folder" in v:
+                    copy = _private_folder(files, given, folder)
+                else:
+                    copy = _private_copy(files[given], given, folder)
                 kind, result, detail, seconds = run_loader(loader, copy, timeout)
                 passed, why = judge(v, kind, result, detail)
-                damage = _damage(copy, v["sha256"])
+                damage = (
+                    _folder_damage(copy, listed) if "folder" in v else _damage(copy, v["sha256"])
+                )
                 _clear(folder)
                 if damage:
                     passed = False
-                    why = f"the loader {damage} its copy of {v['file']}" + (
+                    why = f"the loader {damage} its copy of {suite_module.vector_path(v)}" + (
                         f"; {why}" if why else ""
                     )
                 code = result if kind == "reject" else None
@@ -484,6 +506,37 @@ def _private_copy(data: bytes, name: str, folder: Path) -> Path:
         f.write(data)
     folder.chmod(0o555)
     return path
+
+
+def _private_folder(files: dict[str, bytes], name: str, folder: Path) -> Path:
+    """A file set's folder as ``folder/name``: each file of mode 0444, the set's folder and
+    ``folder`` of mode 0555."""
+    folder.chmod(0o700)
+    path = folder / name
+    path.mkdir()
+    for file_name, data in files.items():
+        _private_copy(data, file_name, path)
+    folder.chmod(0o555)
+    return path
+
+
+def _folder_damage(path: Path, listed: list[suite_module.Listed]) -> str:
+    """What the loader did to its copy of a set's folder, or ``""``."""
+    want = {Path(item.path).name: item.sha256 for item in listed}
+    try:
+        found = sorted(os.listdir(path)) if not path.is_symlink() else None
+    except OSError:
+        found = None
+    if found is None:
+        return "replaced or removed"
+    extra = [name for name in found if name not in want]
+    if extra:
+        return f"added {extra[0]!r} to"
+    for name, sha256 in want.items():
+        damage = _damage(path / name, sha256)
+        if damage:
+            return f"{damage} {name!r} in"
+    return ""
 
 
 def _damage(path: Path, sha256: str) -> str:

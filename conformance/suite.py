@@ -1,12 +1,15 @@
 """A conformance suite on disk: its manifest, and the check that its files are the listed ones.
 
 A suite is a folder holding ``manifest.json``, ``vectors/`` and ``schema/`` (the installed
-package folder, a clone's ``conformance/``, or the published archive unpacked).  Before a
-loader runs, :func:`problems` checks every file the manifest lists, each vector and each entry
-of ``files`` (the schemas), against its listed size and sha256, as a regular file (not a link),
-and that ``vectors/`` holds nothing unlisted.  A suite is data from outside: the manifest is
-read bounded, its paths must name a file directly under ``vectors/`` or ``schema/``, and
-nothing outside the suite's folder is opened.
+package folder, a clone's ``conformance/``, or the published archive unpacked).  A vector is a
+file (``file``, ``size``, ``sha256``) or, for a file set, a folder (``folder``, and
+``folder_files``: the name, size and sha256 of each file in it).  Before a loader runs,
+:func:`problems` checks every file the manifest lists, each vector's file or files and each
+entry of ``files`` (the schemas), against its listed size and sha256, as a regular file (not a
+link), and that ``vectors/`` and each vector folder hold nothing unlisted.  A suite is data
+from outside: the manifest is read bounded, its paths must name a file directly under
+``vectors/`` or ``schema/`` or a folder directly under ``vectors/``, names in a folder are
+plain names, and nothing outside the suite's folder is opened.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any, BinaryIO
 from conformance import exactjson
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: A manifest larger than this is refused unread (the committed one is under 1 MiB).
 MANIFEST_LIMIT = 64 << 20
 #: The paths a manifest may list: one plain name directly under one of the suite's folders.
 _PATH = re.compile(r"^(vectors|schema)/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_FOLDER = re.compile(r"^vectors/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: How many offending files a message names before it counts the rest.
 SHOWN = 5
@@ -57,9 +62,24 @@ class Suite:
         return {k: str(self.manifest[k]) for k in ("suite_version", "spec_version")}
 
     def listed(self) -> list[Listed]:
-        """Every file of the suite but the manifest: the vectors, then ``files``."""
-        vectors = [Listed(v["file"], v["size"], v["sha256"]) for v in self.manifest["vectors"]]
+        """Every file of the suite but the manifest: the vectors' files, then ``files``."""
+        vectors = [item for v in self.manifest["vectors"] for item in vector_files(v)]
         return vectors + [Listed(f["path"], f["size"], f["sha256"]) for f in self.manifest["files"]]
+
+
+def vector_files(vector: dict[str, Any]) -> list[Listed]:
+    """The files of one vector: its file, or every file of its folder (a file set)."""
+    if "folder" in vector:
+        return [
+            Listed(f"{vector['folder']}/{f['name']}", f["size"], f["sha256"])
+            for f in vector["folder_files"]
+        ]
+    return [Listed(vector["file"], vector["size"], vector["sha256"])]
+
+
+def vector_path(vector: dict[str, Any]) -> str:
+    """What a loader is given, relative to the suite: the vector's file or folder."""
+    return str(vector.get("folder") or vector["file"])
 
 
 def load(root: Path) -> Suite:
@@ -100,7 +120,14 @@ def _check_structure(doc: Any, path: Path) -> None:
         if not isinstance(items, list):
             raise SuiteError(f"{path}: {key} expected a list")
         for number, item in enumerate(items):
-            if not _listed_ok(item, path_key):
+            if key == "vectors" and isinstance(item, dict) and "folder" in item:
+                if not _folder_ok(item):
+                    raise SuiteError(
+                        f"{path}: vectors[{number}] expected folder (a name under vectors/) "
+                        "and folder_files (a list of name, size and sha256, the names plain "
+                        "and different)"
+                    )
+            elif not _listed_ok(item, path_key, _PATH):
                 raise SuiteError(
                     f"{path}: {key}[{number}] expected {path_key} (a name under vectors/ or "
                     "schema/), size (an integer) and sha256 (64 lowercase hex digits)"
@@ -129,11 +156,22 @@ def _verdict_ok(v: dict[str, Any]) -> bool:
     )
 
 
-def _listed_ok(item: Any, path_key: str) -> bool:
+def _folder_ok(item: dict[str, Any]) -> bool:
+    files = item.get("folder_files")
+    return (
+        isinstance(item.get("folder"), str)
+        and _FOLDER.match(item["folder"]) is not None
+        and isinstance(files, list)
+        and all(_listed_ok(f, "name", _NAME) for f in files)
+        and len({f["name"] for f in files}) == len(files)
+    )
+
+
+def _listed_ok(item: Any, path_key: str, pattern: re.Pattern[str]) -> bool:
     return (
         isinstance(item, dict)
         and isinstance(item.get(path_key), str)
-        and _PATH.match(item[path_key]) is not None
+        and pattern.match(item[path_key]) is not None
         and type(item.get("size")) is int
         and item["size"] >= 0
         and isinstance(item.get("sha256"), str)
@@ -150,11 +188,27 @@ def problems(suite: Suite) -> list[str]:
         if why:
             found.append(f"{item.path}: {why}")
     names = {item.path for item in listed}
-    folder = suite.root / "vectors"
-    for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
-        if f"vectors/{name}" not in names:
-            found.append(f"vectors/{name}: not listed in the manifest")
+    folders = {v["folder"] for v in suite.manifest["vectors"] if "folder" in v}
+    top = suite.root / "vectors"
+    for name in sorted(os.listdir(top)) if top.is_dir() else []:
+        path = f"vectors/{name}"
+        if path in folders:
+            found += _folder_problems(suite.root, path, names)
+        elif path not in names:
+            found.append(f"{path}: not listed in the manifest")
     return found
+
+
+def _folder_problems(root: Path, folder: str, names: set[str]) -> list[str]:
+    """A vector's folder must be a folder (not a link) holding only the listed files."""
+    mode = os.lstat(root / folder).st_mode
+    if not stat.S_ISDIR(mode):
+        return [f"{folder}: not a folder"]
+    return [
+        f"{folder}/{name}: not listed in the manifest"
+        for name in sorted(os.listdir(root / folder))
+        if f"{folder}/{name}" not in names
+    ]
 
 
 class NotRegularFile(OSError):
@@ -182,6 +236,8 @@ def sha256_of(f: BinaryIO) -> str:
 
 def _problem(path: Path, item: Listed) -> str:
     """Why ``path`` is not the listed file, or ``""``."""
+    if path.parent.name != "vectors" and path.parent.is_symlink():  # a vector's folder
+        return "in a folder that is a link"
     try:
         f = open_file(path)
     except FileNotFoundError:

@@ -20,6 +20,9 @@ TRAILER_MAGIC = b"\x89AWQEND\n"
 #: Format version written by this implementation [VER-1].
 VERSION_MAJOR = 2
 VERSION_MINOR = 0
+#: The specification's own version: 2.1 added file sets (docs/spec/sets.md) and changed nothing
+#: inside a file, so files still carry 2.0 [VER-1].
+SPEC_VERSION = "2.1"
 
 #: Every payload offset and the slab start are multiples of this [SLAB-2].
 ALIGNMENT = 0x10000

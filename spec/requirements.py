@@ -23,8 +23,8 @@ class Requirement:
     id: str
     level: str  #: "MUST", "SHOULD" or "MAY" (RFC 2119)
     text: str
-    #: what the statement constrains: "file" and "reader" statements are checked by
-    #: conformance vectors; "writer", "converter" and "spec" ones by the test suite, and so
+    #: what the statement constrains: "file", "set" (file sets) and "reader" statements are
+    #: checked by conformance vectors; "writer", "converter" and "spec" ones by the test suite, and so
     #: are "runtime" ones (what a reader does while the open file changes under it, which a
     #: static vector cannot show, and how it presents the values it read to its caller), and "adapter" ones (how a loader reports what it read to the
     #: conformance runner, docs/conformance/index.md).
@@ -775,7 +775,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "ADP-3",
         "MAY",
         "An adapter MAY list `tensors` and `layers` in any order: the runner matches tensors by "
-        "`name` and layers by `prefix`.",
+        "`name` and layers by `prefix`, and in a rank set by `rank` too.",
         subject="adapter",
     ),
     _r(
@@ -783,8 +783,21 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "An adapter that prints an error document on a reject "
         '(`{"error": {"code": ..., "offset": ...}}`) MUST give `offset` as a JSON integer in '
-        "plain decimal, the byte position in the file that RD-3 names (never a string); the "
-        "runner judges a reject by its `code` alone.",
+        "plain decimal, the byte position in the file that RD-3 names (never a string), or "
+        "`null` for a file set's error that names no byte of a file (SET-2 to SET-8: a "
+        "manifest, a missing member); the runner judges a reject by its `code` alone.",
+        subject="adapter",
+    ),
+    _r(
+        "ADP-5",
+        "MUST",
+        "An adapter given a folder (a file set's vector) MUST read it as a file set, with full "
+        "validation and verification (SET-8), and its accept document MUST add `set`: "
+        '`{"kind": "split"}` or `{"kind": "rank", "tp_size": T}` as the manifest says; list '
+        "every tensor and quantised layer of every member, each with `rank` (an integer) in a "
+        "rank set, so that a name appears once per rank; and give the first member's "
+        "`format_version` and `metadata` (SET-10). A file's document has no `set` and no "
+        "`rank`.",
         subject="adapter",
     ),
 )

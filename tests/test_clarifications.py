@@ -223,7 +223,7 @@ def test_both_loaders_report_the_same_offset_on_every_must_reject_vector(c_binar
     """RD-3: the code and, where the spec names it, the offset agree on every n_ vector."""
     differ = []
     for v in MANIFEST["vectors"]:
-        if v["expect"] != "reject":
+        if v["expect"] != "reject" or "file" not in v:  # sets: the runner compares codes
             continue
         path = ROOT / "conformance" / v["file"]
         ref, c = reference_verdict(path), c_verdict(c_binary, path)

@@ -38,13 +38,14 @@ def _schemas() -> tuple[dict, dict, Registry]:
 def test_regenerating_reproduces_the_committed_vectors_exactly(tmp_path):
     generate.write_all(tmp_path)
     assert (tmp_path / "manifest.json").read_bytes() == (CONF / "manifest.json").read_bytes()
-    fresh = sorted(p.name for p in (tmp_path / "vectors").iterdir())
-    committed = sorted(p.name for p in (CONF / "vectors").iterdir())
+    fresh = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "vectors").rglob("*"))
+    committed = sorted(p.relative_to(CONF).as_posix() for p in (CONF / "vectors").rglob("*"))
     assert fresh == committed
-    for name in fresh:
-        assert (tmp_path / "vectors" / name).read_bytes() == (
-            CONF / "vectors" / name
-        ).read_bytes(), name
+    for name in fresh:  # a file, or a set vector's folder and its files
+        fresh_path, committed_path = tmp_path / name, CONF / name
+        assert fresh_path.is_dir() == committed_path.is_dir(), name
+        if not fresh_path.is_dir():
+            assert fresh_path.read_bytes() == committed_path.read_bytes(), name
 
 
 def test_manifest_matches_its_schema_and_files():
@@ -53,8 +54,9 @@ def test_manifest_matches_its_schema_and_files():
     ids = [v["id"] for v in MANIFEST["vectors"]]
     assert len(ids) == len(set(ids))
     for v in MANIFEST["vectors"]:
-        data = (CONF / v["file"]).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == v["sha256"] and len(data) == v["size"]
+        for item in suite.vector_files(v):  # a file, or every file of a set's folder
+            data = (CONF / item.path).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == item.sha256 and len(data) == item.size
         assert v["id"][0] == {"accept": "y", "reject": "n", "either": "i"}[v["expect"]]
 
 
@@ -67,10 +69,9 @@ def test_vector_classes_cover_what_the_suite_promises():
     from spec.registry import ERROR_CODES
 
     # checkpoint conversion (LegacyError: AWQ v1, compressed-tensors) and optional features
-    # have no AWQ-v2 file to show them; file sets (SetError) are folders, which the runner
-    # does not take yet (tests/test_fileset.py shows each code meanwhile); a rank set's writer
-    # refusals (SplitError) are about a checkpoint, not a file (tests/test_rankset.py)
-    writer_classes = ("LegacyError", "SetError", "SplitError")
+    # have no AWQ-v2 file to show them; a rank set's writer refusals (SplitError) are about a
+    # checkpoint, not a file (tests/test_rankset.py); file sets (SetError) have folder vectors
+    writer_classes = ("LegacyError", "SplitError")
     reader_codes = {
         e.code
         for e in ERROR_CODES
@@ -84,7 +85,7 @@ def test_vector_classes_cover_what_the_suite_promises():
 def test_reference_reads_every_accept_vector_as_the_manifest_says(vector):
     """Numbers compared by their characters, as the runner does [ADP-1, ADP-2]."""
     adapter_schema, _, _ = _schemas()
-    text = exactjson.dumps(describe(str(CONF / vector["file"])))
+    text = exactjson.dumps(describe(str(CONF / suite.vector_path(vector))))
     jsonschema.Draft202012Validator(adapter_schema).validate(json.loads(text))
     assert run.compare(EXACT_CONTENT[vector["id"]], exactjson.loads(text)) == ""
 
@@ -160,3 +161,51 @@ def test_manifest_layer_hashes_are_independent_of_the_codec():
             g
         ].astype(np.float32)
     assert expected["dequantized_sha256"] == hashlib.sha256(w.tobytes()).hexdigest()
+
+
+def _set_vector(vid: str) -> dict:
+    return next(v for v in MANIFEST["vectors"] if v["id"] == vid)
+
+
+def test_the_runner_matches_a_rank_sets_tensors_by_rank_and_name():
+    """ADP-5, ADP-3: a rank set's document lists each rank's tensors with its rank; swapping
+    two ranks' values, dropping a rank, or leaving out ``set`` is a difference."""
+    vector = _set_vector("y_set_rank_tp2")
+    plain = describe(str(CONF / vector["folder"]))
+    ranks = {t["rank"] for t in plain["tensors"]} | {layer["rank"] for layer in plain["layers"]}
+    assert ranks == {0, 1} and plain["set"] == {"kind": "rank", "tp_size": 2}
+    got = exactjson.loads(exactjson.dumps(plain))
+    want = EXACT_CONTENT[vector["id"]]
+    assert run.compare(want, got) == ""
+    one = exactjson.loads("[0, 1]")  # ranks as the runner reads them: numbers by lexeme
+    swapped = {**got, "tensors": [{**t, "rank": one[t["rank"] == one[0]]} for t in got["tensors"]]}
+    assert "tensor 'model.embed_tokens.weight' of rank 0: sha256 expected" in run.compare(
+        want, swapped
+    )
+    rank0 = {**got, "tensors": [t for t in got["tensors"] if t["rank"] == 0]}
+    assert run.compare(want, rank0).startswith("tensor names differ: missing [")
+    unranked = {
+        **got,
+        "layers": [{k: v for k, v in x.items() if k != "rank"} for x in got["layers"]],
+    }
+    assert run.compare(want, unranked).startswith("quantised layers differ")
+    assert run.compare(want, {k: v for k, v in got.items() if k != "set"}).startswith(
+        "set expected {'kind': 'rank', 'tp_size': 2}, found None"
+    )
+
+
+def test_a_file_document_with_a_set_is_a_difference():
+    """ADP-5: a file's document has no ``set``."""
+    vector = _set_vector("y_sample")
+    got = describe(str(CONF / vector["file"]))
+    doc = exactjson.loads(exactjson.dumps({**got, "set": {"kind": "split"}}))
+    assert run.compare(EXACT_CONTENT["y_sample"], doc).startswith("set expected None")
+
+
+def test_every_set_error_code_has_a_set_vector():
+    """Each code of the set chapter's table has a must-reject folder vector [SET-8]."""
+    from spec.registry import ERROR_CODES
+
+    set_codes = {e.code for e in ERROR_CODES if e.error_class == "SetError"}
+    folder_codes = {v.get("error_code") for v in MANIFEST["vectors"] if "folder" in v}
+    assert set_codes <= folder_codes, set_codes - folder_codes

@@ -111,9 +111,16 @@ def test_reference_error_documents_match_their_schema(capsys):
     manifest = json.loads((CONF / "manifest.json").read_text(encoding="utf-8"))
     rejects = [v for v in manifest["vectors"] if v["expect"] == "reject"]
     for vector in rejects:
-        assert adapter.main([str(CONF / vector["file"])]) == 1, vector["id"]
+        assert adapter.main([str(CONF / (vector.get("file") or vector["folder"]))]) == 1, vector[
+            "id"
+        ]
         doc = json.loads(capsys.readouterr().out)
         validator.validate(doc)
         assert doc["error"]["code"] == vector["error_code"], vector["id"]
+        if "folder" in vector and doc["error"]["code"].startswith("SET_"):
+            continue  # a set's own error may name no byte of a file [ADP-4]
         assert type(doc["error"]["offset"]) is int, vector["id"]
-        assert doc["error"]["offset"] <= vector["size"], vector["id"]  # TRUNCATED: the end
+        size = vector.get(
+            "size", max((f["size"] for f in vector.get("folder_files", [])), default=0)
+        )
+        assert doc["error"]["offset"] <= size, vector["id"]  # TRUNCATED: the end

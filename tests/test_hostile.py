@@ -665,7 +665,7 @@ def test_copy_mode_agrees_with_the_memory_map_on_every_vector(tmp_path):
     vector gets the same verdict (and error code), and accepted ones the same tensors and
     read-only views."""
     manifest = json.loads((ROOT / "conformance" / "manifest.json").read_text(encoding="utf-8"))
-    for v in manifest["vectors"]:
+    for v in (v for v in manifest["vectors"] if "file" in v):  # sets: tests/test_fileset.py
         path = ROOT / "conformance" / v["file"]
         results = []
         for copy in (False, True):

@@ -35,6 +35,8 @@ from pathlib import Path
 import pytest
 from test_site import write_page_adapter
 
+from conformance.suite import vector_files
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = json.loads((ROOT / "conformance" / "manifest.json").read_text(encoding="utf-8"))
 ARCHIVE = ROOT / "docs" / "assets" / f"awq2-conformance-{MANIFEST['suite_version']}.tar.xz"
@@ -160,7 +162,7 @@ def _passed_everything(proc: subprocess.CompletedProcess, *labels: str) -> None:
 
 def test_wheel_holds_the_suite_and_nothing_of_the_tools(installed: Installed) -> None:
     names = zipfile.ZipFile(installed.wheel).namelist()
-    suite = {f"conformance/{v['file']}" for v in MANIFEST["vectors"]}
+    suite = {f"conformance/{f.path}" for v in MANIFEST["vectors"] for f in vector_files(v)}
     suite |= {f"conformance/{f['path']}" for f in MANIFEST["files"]}
     assert suite | {"conformance/manifest.json", "conformance/adapters/c/Makefile"} <= set(names)
     assert "conformance/adapters/reference.py" in names

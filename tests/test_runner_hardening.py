@@ -47,7 +47,10 @@ def _suite(tmp_path: Path, ids: list[str], rename: dict[str, str] | None = None)
     vectors = []
     for v in MANIFEST["vectors"]:
         if v["id"] in ids:
-            shutil.copyfile(CONF / v["file"], root / v["file"])
+            if "folder" in v:
+                shutil.copytree(CONF / v["folder"], root / v["folder"])
+            else:
+                shutil.copyfile(CONF / v["file"], root / v["file"])
             vectors.append({**v, "id": (rename or {}).get(v["id"], v["id"])})
     manifest = root / "manifest.json"
     manifest.write_text(json.dumps({**MANIFEST, "vectors": vectors}), encoding="utf-8")
@@ -211,3 +214,24 @@ def test_the_stdout_bound_is_far_above_every_accept_document() -> None:
     floods, not for a loader that prints what it read)."""
     largest = max(len(json.dumps(v.get("content"))) for v in MANIFEST["vectors"])
     assert largest * 8 < run.STDOUT_LIMIT  # room for a loader that indents its output
+
+
+def test_a_loader_that_changes_a_set_folder_fails(tmp_path: Path) -> None:
+    """A set vector is a private, read-only copy of its folder: a loader that adds a file to
+    it (or changes one) fails that vector, naming it; the reference passes."""
+    manifest = _suite(tmp_path, ["y_set_split", "n_set_missing_file"])
+    vandal = _loader(
+        tmp_path, "vandal", 'chmod u+w "$1"; echo x > "$1/model-00009-of-00009.awq2"\nexit 1\n'
+    )
+    reference = f"reference={run.REFERENCE_LOADER}"
+    status, report = _runner(manifest, tmp_path, vandal, reference)
+    assert status == 1
+    by = {(o["loader"], o["vector"]): o for o in report}
+    assert all(by["reference", v]["passed"] for v in ("y_set_split", "n_set_missing_file"))
+    for vector in ("y_set_split", "n_set_missing_file"):
+        added = by["vandal", vector]
+        assert not added["passed"], added
+        assert (
+            f"added 'model-00009-of-00009.awq2' to its copy of vectors/{vector}" in added["detail"]
+        ), added
+    assert suite.problems(suite.load(manifest.parent)) == []

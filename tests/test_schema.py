@@ -164,7 +164,7 @@ def test_construct_schema_and_fast_reader_agree_on_every_vector():
     root = Path(__file__).resolve().parent.parent / "conformance"
     manifest = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
     compared = 0
-    for v in manifest["vectors"]:
+    for v in (v for v in manifest["vectors"] if "file" in v):  # a file set's folder aside
         path = root / v["file"]
         try:
             reader = reference.open(path)

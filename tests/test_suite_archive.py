@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import suite
 from tools.vectors import generate, releases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,11 +34,12 @@ ARCHIVE = ASSETS / f"{TOP}.tar.xz"
 
 
 def _committed_suite() -> dict[str, bytes]:
-    """The suite as committed in conformance/: the manifest, every vector, every schema."""
+    """The suite as committed in conformance/: the manifest, every vector (a set vector's
+    folder: every file in it), every schema."""
     files = {"manifest.json": (CONF / "manifest.json").read_bytes()}
-    for folder, pattern in (("vectors", "*.awq2"), ("schema", "*.json")):
+    for folder, pattern in (("vectors", "*.awq2"), ("vectors", "*/*"), ("schema", "*.json")):
         for path in sorted((CONF / folder).glob(pattern)):
-            files[f"{folder}/{path.name}"] = path.read_bytes()
+            files[path.relative_to(CONF).as_posix()] = path.read_bytes()
     return files
 
 
@@ -48,7 +50,8 @@ def _members() -> list[tarfile.TarInfo]:
 
 def test_archive_holds_exactly_the_committed_suite() -> None:
     want = _committed_suite()
-    assert len(want) == len(MANIFEST["vectors"]) + len(MANIFEST["files"]) + 1
+    vector_files = sum(len(suite.vector_files(v)) for v in MANIFEST["vectors"])
+    assert len(want) == vector_files + len(MANIFEST["files"]) + 1
     got: dict[str, bytes] = {}
     with tarfile.open(ARCHIVE, mode="r:xz") as tar:
         for member in tar.getmembers():
@@ -66,7 +69,13 @@ def test_archive_members_are_sorted_with_fixed_metadata() -> None:
     names = [m.name for m in members]
     assert names == sorted(names)
     assert {n for n in names if "/" not in n} == {TOP}
-    assert {m.name for m in members if m.isdir()} == {TOP, f"{TOP}/schema", f"{TOP}/vectors"}
+    set_folders = {f"{TOP}/{v['folder']}" for v in MANIFEST["vectors"] if "folder" in v}
+    assert {m.name for m in members if m.isdir()} == {
+        TOP,
+        f"{TOP}/schema",
+        f"{TOP}/vectors",
+        *set_folders,
+    }
     for m in members:
         assert m.isdir() or m.isfile(), m.name
         assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (0, 0, 0, "", ""), m.name
@@ -93,9 +102,9 @@ def test_only_the_current_version_is_in_the_assets() -> None:
 
 
 def test_manifest_versions() -> None:
-    assert MANIFEST["manifest_version"] == 2
-    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "1.1.0"
-    assert MANIFEST["spec_version"] == "2.0"  # spec/constants.py: VERSION_MAJOR.VERSION_MINOR
+    assert MANIFEST["manifest_version"] == 3
+    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "2.0.0"
+    assert MANIFEST["spec_version"] == "2.1"  # spec/constants.py: SPEC_VERSION
     assert "format_version" not in MANIFEST
 
 

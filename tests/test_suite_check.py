@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 
 from conformance import archive, run
+from conformance import suite as suite_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conformance"
 ARCHIVE = next((ROOT / "docs" / "assets").glob("awq2-conformance-*.tar.xz"))
 MANIFEST = json.loads((CONF / "manifest.json").read_text(encoding="utf-8"))
-SIZE = {v["file"]: v["size"] for v in MANIFEST["vectors"]}
+SIZE = {v["file"]: v["size"] for v in MANIFEST["vectors"] if "file" in v}
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="sh loaders")
 
@@ -67,9 +68,9 @@ def test_a_copy_of_the_suite_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["--quiet", "--suite", str(suite), "--only", "^(y_sample|n_bad_magic)$"]
     assert run.main([*argv, "--report-json", str(report)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("AWQ-v2 conformance suite 1.1.0 (spec 2.0): ")
+    assert out.startswith("AWQ-v2 conformance suite 2.0.0 (spec 2.1): ")
     doc = json.loads(report.read_text(encoding="utf-8"))
-    assert (doc["suite_version"], doc["spec_version"]) == ("1.1.0", "2.0")
+    assert (doc["suite_version"], doc["spec_version"]) == ("2.0.0", "2.1")
     assert sorted(o["vector"] for o in doc["outcomes"]) == ["n_bad_magic", "y_sample"]
 
 
@@ -109,7 +110,7 @@ def test_many_problems_name_five_and_count_the_rest(
     suite = _copy(tmp_path)
     shutil.rmtree(suite / "vectors")
     err = _refused(tmp_path, suite, capsys)
-    count = len(MANIFEST["vectors"])
+    count = sum(len(suite_module.vector_files(v)) for v in MANIFEST["vectors"])
     assert f"({count} files)" in err and f"... and {count - 5} more" in err
     assert err.count(": missing") == 5
 
@@ -117,7 +118,7 @@ def test_many_problems_name_five_and_count_the_rest(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"manifest_version": 1}, "manifest_version expected 2, found 1"),
+        ({"manifest_version": 1}, "manifest_version expected 3, found 1"),
         ({"suite_version": 1}, "suite_version expected a string"),
         ({"files": [{"path": "../x", "size": 0, "sha256": "0" * 64}]}, "files[0] expected path"),
         ({"files": [{"path": "/etc/passwd", "size": 0, "sha256": "0" * 64}]}, "files[0]"),
@@ -150,7 +151,7 @@ def test_the_published_archive_runs_directly(
     argv = ["--quiet", "--suite", str(ARCHIVE), "--only", "^(y_sample|n_bad_magic)$"]
     assert run.main(argv) == 0
     out = capsys.readouterr().out
-    assert out.startswith("AWQ-v2 conformance suite 1.1.0 (spec 2.0): ")
+    assert out.startswith("AWQ-v2 conformance suite 2.0.0 (spec 2.1): ")
     assert "reference: y_ 1/1, n_ 1/1; 2 passed, 0 failed" in out
 
 
@@ -254,3 +255,38 @@ def test_c_loader_builds_into_the_cache_when_the_package_is_read_only(
         assert run.c_binary() != cached  # the digest covers the compiler command
     finally:
         package.chmod(0o755)
+
+
+def test_set_folders_are_checked_file_by_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A set vector's folder must hold exactly its listed files, each as listed, and be a
+    folder, not a link to one (nothing outside the suite is opened)."""
+    suite = _copy(tmp_path)
+    split = suite / "vectors" / "y_set_split"
+    (split / "model-00004-of-00003.awq2").write_bytes(b"extra")
+    (split / "model.awq2.set.json").write_text("{}", encoding="utf-8")
+    rank = suite / "vectors" / "y_set_rank_tp2"
+    shutil.rmtree(rank)
+    rank.symlink_to(CONF / "vectors" / "y_set_rank_tp2")
+    found = suite_module.problems(suite_module.load(suite))
+    assert "vectors/y_set_split/model-00004-of-00003.awq2: not listed in the manifest" in found
+    assert any(
+        p.startswith("vectors/y_set_split/model.awq2.set.json: size expected") for p in found
+    )
+    assert "vectors/y_set_rank_tp2: not a folder" in found
+    assert "vectors/y_set_rank_tp2/model-tp2-rank0.awq2: in a folder that is a link" in found
+    assert len(found) == 3 + len(list(rank.iterdir())), found
+    assert "nothing was run" in _refused(tmp_path, suite, capsys)
+
+
+def test_a_folder_vector_must_list_plain_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = _copy(tmp_path)
+    doc = json.loads((suite / "manifest.json").read_text(encoding="utf-8"))
+    vector = next(v for v in doc["vectors"] if v["id"] == "y_set_split")
+    vector["folder_files"][0]["name"] = "../y_sample.awq2"
+    (suite / "manifest.json").write_text(json.dumps(doc), encoding="utf-8")
+    err = _refused(tmp_path, suite, capsys)
+    assert "expected folder (a name under vectors/) and folder_files" in err

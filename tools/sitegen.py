@@ -48,7 +48,7 @@ from spec.algorithms import bucket_of, crc32c, fnv1a_64
 from spec.constants import ALIGNMENT, SLAB_OFFSET
 from spec.geometry import entry_checksum, geometry_of, pack_dims
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE
-from tools import DOCS, ROOT
+from tools import DOCS, ROOT, docgen
 
 MANIFEST = ROOT / "conformance" / "manifest.json"
 FILE_MAP_SVG = DOCS / "assets" / "file-map.svg"
@@ -80,7 +80,8 @@ def _spec_link(page: Path, anchor: str) -> str:
 
 
 def _req_links(page: Path, ids: Sequence[str]) -> str:
-    return ", ".join(f"[{rid}]({_spec_link(page, rid)})" for rid in ids)
+    """Links to each requirement on the page that states it (sets.md for SET-, ...)."""
+    return ", ".join(docgen.requirement_link(rid, page) for rid in ids)
 
 
 def _cell(text: str) -> str:
@@ -99,6 +100,14 @@ _CLASSES = (
     ("reject", "Must reject (`n_`)", "a conforming reader rejects the file with this code"),
     ("either", "Either (`i_`)", "optional features: accept, or reject with one of these codes"),
 )
+
+
+def _vector_size(v: dict[str, Any]) -> str:
+    """A file's size, or a set's: its files' total and their count."""
+    if "file" in v:
+        return f"{v['size']:,}"
+    files = v["folder_files"]
+    return f"{sum(f['size'] for f in files):,} in {len(files)} files"
 
 
 def vectors_region(page: Path, _arg: str | None) -> str:
@@ -130,7 +139,7 @@ def vectors_region(page: Path, _arg: str | None) -> str:
             desc = _cell(v["description"])
             vid = f'<a id="{v["id"]}"></a>`{v["id"]}`'
             if cls == "accept":
-                out.append(f"| {vid} | {v['size']:,} | {reqs} | {desc} |")
+                out.append(f"| {vid} | {_vector_size(v)} | {reqs} | {desc} |")
             else:
                 codes = [v["error_code"]] if cls == "reject" else v.get("either_codes", [])
                 code = " or ".join(f"`{c}`" for c in codes)

@@ -1,6 +1,7 @@
 """The reference implementation as a conformance loader.
 
-Usage: ``python -m conformance.adapters.reference FILE``.
+Usage: ``python -m conformance.adapters.reference PATH``: an AWQ-v2 file, or a file set's
+folder (spec 2.1: the folder holding ``model.awq2.set.json``).
 
 Protocol (docs/conformance/index.md): full validation and every checksum; on success exit 0
 and print the adapter JSON document (``conformance/schema/adapter-output.schema.json``);
@@ -21,12 +22,14 @@ import json
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import reference
 from conformance import exactjson
+from reference.fileset import FileSet, is_set_path
 from reference.layers import unpack
 from reference.text import escape
 
@@ -39,46 +42,78 @@ def _sha(array: np.ndarray) -> str:
 
 
 def describe(path: str) -> dict[str, Any]:
-    """What the reference reader reads from a file, in the adapter output format."""
+    """What the reference reader reads from a file, or from a file set's folder, in the adapter
+    output format."""
+    if is_set_path(Path(path)) and Path(path).is_dir():
+        return describe_set(path)
     with reference.Reader(path, validate=True) as f:
         f.verify()
-        tensors = []
-        for info in sorted(f.entries(), key=lambda t: t.name):
-            view = f.tensor(info.name)
-            tensors.append(
-                {
-                    "name": info.name,
-                    "dtype": info.dtype,
-                    "shape": list(info.shape),
-                    "layout": info.layout,
-                    "sha256": _sha(view),
-                }
-            )
-        layers = []
-        for prefix in f.layers():
-            layer = f.linear(prefix)
-            q, z, s = unpack(layer)
-            layers.append(
-                {
-                    "prefix": prefix,
-                    "layout": layer.layout,
-                    "k": layer.k,
-                    "n": layer.n,
-                    "bits": layer.bits,
-                    "group_size": layer.group_size,
-                    "scale_dtype": layer.scale_dtype,
-                    "codes_sha256": _sha(q),
-                    "zeros_sha256": _sha(z),
-                    "scales_sha256": _sha(s),
-                    "dequantized_sha256": _sha(f.dequantize(prefix).astype("<f4")),
-                }
-            )
         return {
             "format_version": "{}.{}".format(*f.version),
-            "tensors": tensors,
-            "layers": layers,
+            "tensors": _tensors(f),
+            "layers": _layers(f),
             "metadata": _metadata_as_written(f),
         }
+
+
+def describe_set(path: str) -> dict[str, Any]:
+    """A file set: every member's tensors and layers (each with ``rank`` in a rank set), the
+    first member's version and metadata, and the set's kind [SET-8, SET-10]."""
+    with FileSet(path, validate=True) as s:
+        s.verify()
+        first = s.members[0]
+        doc: dict[str, Any] = {
+            "format_version": "{}.{}".format(*first.version),
+            "set": {"kind": s.kind} | ({"tp_size": s.tp_size} if s.kind == "rank" else {}),
+            "tensors": [],
+            "layers": [],
+            "metadata": _metadata_as_written(first),
+        }
+        for rank in range(s.tp_size):
+            tag = {"rank": rank} if s.kind == "rank" else {}
+            for member in s.rank_members(rank):
+                doc["tensors"] += [t | tag for t in _tensors(member)]
+                doc["layers"] += [layer | tag for layer in _layers(member)]
+        return doc
+
+
+def _tensors(f: reference.Reader) -> list[dict[str, Any]]:
+    tensors = []
+    for info in sorted(f.entries(), key=lambda t: t.name):
+        view = f.tensor(info.name)
+        tensors.append(
+            {
+                "name": info.name,
+                "dtype": info.dtype,
+                "shape": list(info.shape),
+                "layout": info.layout,
+                "sha256": _sha(view),
+            }
+        )
+    return tensors
+
+
+def _layers(f: reference.Reader) -> list[dict[str, Any]]:
+    layers = []
+    for prefix in f.layers():
+        layer = f.linear(prefix)
+        q, z, s = unpack(layer)
+        layers.append(
+            {
+                "prefix": prefix,
+                "layout": layer.layout,
+                "k": layer.k,
+                "n": layer.n,
+                "bits": layer.bits,
+                "group_size": layer.group_size,
+                "scale_dtype": layer.scale_dtype,
+                "codes_sha256": _sha(q),
+                "zeros_sha256": _sha(z),
+                "scales_sha256": _sha(s),
+                "dequantized_sha256": _sha(f.dequantize(prefix).astype("<f4")),
+            }
+        )
+    return layers
 
 
 def _metadata_as_written(f: reference.Reader) -> Any:

@@ -114,7 +114,7 @@ def load_seeds(with_v1: bool = True, with_v2: bool = True) -> list[Seed]:
         return v1.v1_seeds()
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     seeds = []
-    for v in manifest["vectors"]:
+    for v in (v for v in manifest["vectors"] if "file" in v):  # a file set's folder aside
         data = (MANIFEST.parent / v["file"]).read_bytes()
         names = _names_of(data)
         weight = (3.0 if v["expect"] != "reject" else 1.0) / (1 + len(names) / 300)

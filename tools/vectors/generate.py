@@ -36,7 +36,7 @@ import reference
 from conformance import exactjson
 from reference.dtypes import numpy_dtype
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
-from spec.constants import MAX_NAME_LENGTH, VERSION_MAJOR, VERSION_MINOR
+from spec.constants import MAX_NAME_LENGTH, SPEC_VERSION
 from spec.registry import DTYPES
 from tools.vectors import releases
 from tools.vectors.fuzz_findings import FUZZ_FINDINGS
@@ -45,14 +45,12 @@ from tools.vectors.surgery import FileEditor
 
 HERE = Path(__file__).resolve().parents[2] / "conformance"
 SCHEMAS = HERE / "schema"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 #: The suite's own semantic version: bump it whenever a file of the suite changes (a vector,
 #: the manifest, a schema), and record it with ``--record-release`` (:mod:`tools.vectors.releases`;
 #: ``python -m tools.regen --check`` fails until both are done).  Major: a loader that passed
 #: may now fail (a new rule); minor: vectors added for existing rules; patch: descriptions.
-SUITE_VERSION = "1.1.0"
-#: The spec version the suite tests (``spec.constants``), "2.0".
-SPEC_VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
+SUITE_VERSION = "2.0.0"
 
 
 def sha256(data: bytes | np.ndarray) -> str:
@@ -287,6 +285,8 @@ class Vector:
     error_code: str | None = None
     either_codes: tuple[str, ...] = ()
     level: str | None = None
+    #: a folder vector (a file set): its files by name, in place of ``data``
+    folder_files: dict[str, bytes] | None = None
 
 
 def _accept(vid: str, reqs: tuple[str, ...], description: str, content: Content) -> Vector:
@@ -668,7 +668,9 @@ def reject_vectors() -> list[Vector]:
 
 
 def all_vectors() -> list[Vector]:
-    return [*accept_vectors(), *reject_vectors(), *either_vectors()]
+    from tools.vectors.sets import set_vectors  # sets builds on this module's functions
+
+    return [*accept_vectors(), *reject_vectors(), *either_vectors(), *set_vectors()]
 
 
 # ------------------------------------------------------------------------------ output
@@ -677,11 +679,16 @@ def all_vectors() -> list[Vector]:
 def manifest(vectors: list[Vector]) -> dict[str, Any]:
     entries = []
     for v in vectors:
-        entry: dict[str, Any] = {
-            "id": v.id,
-            "file": f"vectors/{v.id}.awq2",
-            "sha256": sha256(v.data),
-            "size": len(v.data),
+        entry: dict[str, Any] = {"id": v.id}
+        if v.folder_files is None:
+            entry |= {"file": f"vectors/{v.id}.awq2", "sha256": sha256(v.data), "size": len(v.data)}
+        else:  # a file set: the folder, and every file in it
+            entry["folder"] = f"vectors/{v.id}"
+            entry["folder_files"] = [
+                {"name": name, "size": len(data), "sha256": sha256(data)}
+                for name, data in sorted(v.folder_files.items())
+            ]
+        entry |= {
             "expect": v.expect,
             "requirements": list(v.requirements),
             "description": v.description,
@@ -714,8 +721,14 @@ def schema_files() -> dict[str, bytes]:
 
 def files(vectors: list[Vector]) -> dict[str, bytes]:
     """The generated files of the suite, by their path under the output folder, with their
-    bytes: one ``vectors/<id>.awq2`` per vector, then ``manifest.json``."""
-    out = {f"vectors/{v.id}.awq2": v.data for v in vectors}
+    bytes: one ``vectors/<id>.awq2`` per vector (a set: ``vectors/<id>/<name>`` per file of its
+    folder), then ``manifest.json``."""
+    out: dict[str, bytes] = {}
+    for v in vectors:
+        if v.folder_files is None:
+            out[f"vectors/{v.id}.awq2"] = v.data
+        else:
+            out |= {f"vectors/{v.id}/{name}": data for name, data in v.folder_files.items()}
     text = exactjson.dumps(manifest(vectors), indent=1) + "\n"
     out["manifest.json"] = text.encode("utf-8")
     return out
@@ -730,10 +743,15 @@ def suite_files(vectors: list[Vector]) -> dict[str, bytes]:
 def write_all(out: Path) -> dict[str, Any]:
     vectors = all_vectors()
     (out / "vectors").mkdir(parents=True, exist_ok=True)
-    for stale in (out / "vectors").glob("*.awq2"):
-        if stale.stem not in {v.id for v in vectors}:
+    generated = files(vectors)
+    for stale in (out / "vectors").glob("**/*"):
+        if stale.is_file() and stale.relative_to(out).as_posix() not in generated:
             stale.unlink()
-    for name, data in files(vectors).items():
+    for stale in (out / "vectors").iterdir():
+        if stale.is_dir() and not any(stale.iterdir()):
+            stale.rmdir()
+    for name, data in generated.items():
+        (out / name).parent.mkdir(exist_ok=True)
         (out / name).write_bytes(data)
     return manifest(vectors)
 

@@ -1,0 +1,441 @@
+"""File-set vectors (spec 2.1, docs/spec/sets.md): folders holding a manifest and its members.
+
+A set vector is a folder: ``model.awq2.set.json`` and the files it lists, each member written by
+the reference writer from contents drawn here (:func:`tools.vectors.generate.build`).  The
+manifest is written here, field by field, from the members' bytes (length, ``header_crc`` at
+header bytes 124-127, SHA-256), then broken on purpose for the must-reject vectors.
+
+Expected content is each member's expected content (computed from its inputs, as for a file
+vector) put together as the adapter protocol describes a set: every tensor and layer of every
+member, with ``"rank"`` in a rank set; the first member's metadata; ``"set"`` with the kind
+(and ``tp_size``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from spec.constants import SET_MANIFEST, SET_VERSION
+from tools.vectors.generate import Content, Vector, base_bytes, build, draw_layer, mutated
+from tools.vectors.mutations import MUTATIONS
+
+
+@dataclass(frozen=True)
+class Member:
+    """One file of a set vector: its name, bytes, rank (rank sets) and expected content."""
+
+    name: str
+    data: bytes
+    expected: dict[str, Any]
+    rank: int | None = None
+
+
+def member(name: str, content: Content, rank: int | None = None) -> Member:
+    data, expected = build(content)
+    return Member(name, data, expected, rank)
+
+
+def header_crc(data: bytes) -> str:
+    """The member's ``header_crc``, header bytes 124 to 127 (little-endian), as the manifest
+    writes it: 8 lowercase hex digits [SET-2]."""
+    return f"{int.from_bytes(data[124:128], 'little'):08x}"
+
+
+def file_object(m: Member) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "name": m.name,
+        "size": len(m.data),
+        "header_crc": header_crc(m.data),
+        "sha256": hashlib.sha256(m.data).hexdigest(),
+    }
+    if m.rank is not None:
+        obj["rank"] = m.rank
+    return obj
+
+
+def manifest_doc(members: list[Member], tp_size: int | None = None) -> dict[str, Any]:
+    """The manifest of ``members`` as a writer writes it [SET-2]: a rank set when ``tp_size``
+    is given."""
+    doc: dict[str, Any] = {"awq2_set": SET_VERSION, "kind": "split" if tp_size is None else "rank"}
+    if tp_size is not None:
+        doc["tp_size"] = tp_size
+    doc["files"] = [file_object(m) for m in members]
+    return doc
+
+
+def dumps(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=1) + "\n").encode("utf-8")
+
+
+def expected_set(members: list[Member], tp_size: int | None = None) -> dict[str, Any]:
+    """The accept document of the set: every member's tensors and layers (with ``rank`` in a
+    rank set), the first member's metadata [SET-10], and the kind."""
+    tensors: list[dict[str, Any]] = []
+    layers: list[dict[str, Any]] = []
+    for m in members:
+        tag = {} if tp_size is None else {"rank": m.rank}
+        tensors += [{**t, **tag} for t in m.expected["tensors"]]
+        layers += [{**layer, **tag} for layer in m.expected["layers"]]
+    kind: dict[str, Any] = {"kind": "split"}
+    if tp_size is not None:
+        kind = {"kind": "rank", "tp_size": tp_size}
+    tensors.sort(key=lambda t: (t.get("rank", 0), t["name"]))
+    return {
+        "set": kind,
+        "tensors": tensors,
+        "layers": layers,
+        "metadata": members[0].expected["metadata"],
+    }
+
+
+# ------------------------------------------------------------------------------ members drawn
+
+
+def _dense(
+    name: str, seed: int, shape: tuple[int, ...] = (16, 8)
+) -> tuple[str, np.ndarray, str | None]:
+    rng = np.random.default_rng(seed)
+    return (name, rng.standard_normal(shape).astype(np.float16), None)
+
+
+METADATA = {"config": {"hidden_size": 64}, "note": "conformance set"}
+
+
+def split_members(count: int = 3, metadata: dict[str, Any] | None = None) -> list[Member]:
+    """A small model split over ``count`` members: embeddings, one quantised layer per
+    member, norms last."""
+    meta = METADATA if metadata is None else metadata
+    contents = [
+        Content(
+            dense=[_dense("model.embed_tokens.weight", 1, (32, 64))] if i == 0 else [],
+            layers=[draw_layer(f"model.layers.{i}.mlp.up_proj", 128, 64, 4, 64, 100 + i)],
+            metadata=meta,
+        )
+        for i in range(count)
+    ]
+    contents[-1].dense.append(("model.norm.weight", np.ones(64, np.float32), None))
+    return [member(f"model-{i + 1:05d}-of-{count:05d}.awq2", c) for i, c in enumerate(contents)]
+
+
+def tiny_members(count: int = 2, metadata: dict[str, Any] | None = None) -> list[Member]:
+    """Members of one small tensor each, for the vectors whose point is the manifest or the
+    files, not the tensors."""
+    meta = METADATA if metadata is None else metadata
+    return [
+        member(f"model-{i + 1:05d}-of-{count:05d}.awq2",
+               Content(dense=[_dense(f"model.layers.{i}.weight", 600 + i)], metadata=meta))
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def tiny_ranks(tp_size: int = 2) -> list[Member]:
+    """One small tensor per rank, the same name and shape in every rank."""
+    return [
+        member(f"model-tp{tp_size}-rank{r}.awq2",
+               Content(dense=[_dense("model.norm.weight", 700 + r, (64,))]), r)
+        for r in range(tp_size)
+    ]  # fmt: skip
+
+
+def rank_content(rank: int, tp_size: int, n: int = 64, *, extra: str = "") -> Content:
+    """Rank ``rank``'s file of a small model cut for ``tp_size`` ranks: every rank the same
+    names and fields [SET-7], its own values."""
+    layers = [
+        draw_layer("model.layers.0.mlp.up_proj", 128, n, 4, 64, 200 + rank),
+        draw_layer("model.layers.0.mlp.down_proj", 128, 64, 4, 64, 300 + rank),
+    ]
+    dense = [_dense("model.embed_tokens.weight", 400 + rank, (32 // tp_size, 64))]
+    dense.append(("model.norm.weight", np.ones(64, np.float32), None))
+    if extra:
+        dense.append(_dense(extra, 500 + rank, (4,)))
+    meta = {"tensor_parallel": {"tp_size": tp_size, "rank": rank}}
+    return Content(dense=dense, layers=layers, metadata=meta)
+
+
+def rank_members(tp_size: int = 2) -> list[Member]:
+    return [
+        member(f"model-tp{tp_size}-rank{r}.awq2", rank_content(r, tp_size), r)
+        for r in range(tp_size)
+    ]
+
+
+def rank_split_members() -> list[Member]:
+    """Two ranks, each split over two members (a rank's own split set), listed rank 1 first:
+    ranks come from ``rank``, never from the order."""
+    out = []
+    for r in (1, 0):
+        whole = rank_content(r, 2)
+        first = Content(dense=whole.dense[:1], layers=whole.layers[:1], metadata=whole.metadata)
+        second = Content(dense=whole.dense[1:], layers=whole.layers[1:], metadata=whole.metadata)
+        out += [
+            member(f"model-tp2-rank{r}-00001-of-00002.awq2", first, r),
+            member(f"model-tp2-rank{r}-00002-of-00002.awq2", second, r),
+        ]
+    return out
+
+
+# ------------------------------------------------------------------------------ vectors
+
+
+def folder(members: list[Member], manifest: bytes | None, **extra: bytes) -> dict[str, bytes]:
+    """The vector's folder: the members, the manifest (None: none), other files."""
+    files = {m.name: m.data for m in members}
+    if manifest is not None:
+        files[SET_MANIFEST] = manifest
+    return {**files, **extra}
+
+
+def accept(vid: str, reqs: tuple[str, ...], description: str, members: list[Member],
+           tp_size: int | None = None, manifest: bytes | None = None,
+           extra: dict[str, bytes] | None = None) -> Vector:  # fmt: skip
+    text = manifest if manifest is not None else dumps(manifest_doc(members, tp_size))
+    return Vector(
+        vid,
+        "accept",
+        reqs,
+        description,
+        b"",
+        expected_set(members, tp_size),
+        folder_files=folder(members, text, **(extra or {})),
+    )
+
+
+#: The check a reject vector's error must come from, and the requirements of that stage.
+STAGES = {"open": ("SET-5",), "validate": ("SET-8",), "verify": ("SET-8", "ENT-10")}
+
+
+def reject(vid: str, code: str, reqs: tuple[str, ...], level: str, description: str,
+           files: dict[str, bytes]) -> Vector:  # fmt: skip
+    requirements = tuple(dict.fromkeys((*reqs, *STAGES[level], "RD-3")))
+    return Vector(
+        vid, "reject", requirements, description, b"", error_code=code, level=level,
+        folder_files=files,
+    )  # fmt: skip
+
+
+def with_manifest(members: list[Member], edit: Callable[[dict[str, Any]], Any],
+                  tp_size: int | None = None) -> dict[str, bytes]:  # fmt: skip
+    """The folder of ``members`` with the manifest changed by ``edit`` (in place)."""
+    doc = manifest_doc(members, tp_size)
+    edit(doc)
+    return folder(members, dumps(doc))
+
+
+def accept_vectors() -> list[Vector]:
+    split = split_members()
+    ranks = rank_members()
+    unknown = manifest_doc(split)
+    unknown["generator"] = {"name": "a future writer", "version": [3, 1]}
+    for obj in unknown["files"]:
+        obj["parts"] = 1
+    first_differs = split_members(2)
+    first_differs[1] = member(
+        first_differs[1].name,
+        Content(
+            layers=[draw_layer("model.layers.1.mlp.up_proj", 128, 64, 4, 64, 101)],
+            dense=[("model.norm.weight", np.ones(64, np.float32), None)],
+            metadata={"note": "another member's metadata"},
+        ),
+    )
+    return [
+        accept("y_set_split", ("SET-1", "SET-5", "SET-6", "SET-8"),
+               "a split set of three members: one layer in each, names found in any member",
+               split),
+        accept("y_set_one_member", ("SET-1", "SET-2"), "a split set of a single member",
+               split_members(1)),
+        accept("y_set_unknown_members", ("SET-2", "SET-1"),
+               "members the manifest schema does not know, at the top and in every file object, "
+               "and other files in the folder (config.json, tokenizer.json): all ignored",
+               split, manifest=dumps(unknown), extra={"config.json": b'{"model_type": "llama"}\n',
+               "tokenizer.json": b"{}\n"}),
+        accept("y_set_metadata_first_member", ("SET-10",),
+               "members with different metadata: the set's metadata is the first member's",
+               first_differs),
+        accept("y_set_rank_tp2", ("SET-7", "SET-5", "SET-8"),
+               "a rank set for 2 ranks, one file each: the same names and fields, each rank "
+               "its own values", ranks, tp_size=2),
+        accept("y_set_rank_split_members", ("SET-6", "SET-7"),
+               "a rank set whose ranks are each split over two members, rank 1 listed first",
+               rank_split_members(), tp_size=2),
+        accept("y_set_rank_tp1", ("SET-2", "SET-7"), "a rank set for a single rank",
+               rank_members(1), tp_size=1),
+    ]  # fmt: skip
+
+
+def _version_2_without_files(doc: dict[str, Any]) -> None:
+    doc["awq2_set"] = 2
+    del doc["files"]
+
+
+def _manifest_rejects() -> list[Vector]:
+    """SET-2 to SET-4: the manifest itself; nothing but the manifest need be read."""
+    split, ranks = tiny_members(), tiny_ranks()
+
+    def bad(vid: str, description: str, edit: Callable[[dict[str, Any]], Any],
+            code: str = "SET_BAD_MANIFEST", reqs: tuple[str, ...] = ("SET-2",),
+            tp: bool = False) -> Vector:  # fmt: skip
+        files = with_manifest(ranks if tp else split, edit, 2 if tp else None)
+        return reject(vid, code, reqs, "open", description, files)
+
+    def first(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+        return lambda doc: doc["files"][0].__setitem__(key, value)
+
+    raw = {
+        "n_set_manifest_not_json": b'{"awq2_set": 1, "kind": "split", "files": [',
+        "n_set_manifest_not_object": b"[1]\n",
+        "n_set_manifest_not_utf8": b'{"awq2_set": 1, "kind": "split\xff", "files": []}\n',
+    }
+    out = [
+        reject(vid, "SET_BAD_MANIFEST", ("SET-2",), "open", f"the manifest: {what}",
+               folder(split, raw[vid]))
+        for vid, what in (
+            ("n_set_manifest_not_json", "truncated JSON"),
+            ("n_set_manifest_not_object", "a JSON array, not an object"),
+            ("n_set_manifest_not_utf8", "a byte that is not UTF-8 (META-1)"),
+        )
+    ]  # fmt: skip
+    out += [
+        bad("n_set_files_empty", "an empty files array", lambda d: d.__setitem__("files", [])),
+        bad("n_set_files_missing", "no files member", lambda d: d.pop("files")),
+        bad("n_set_size_not_integer", "a size written as 100000.0, not an integer",
+            first("size", 1.0e5)),
+        bad("n_set_size_negative", "a negative size", first("size", -1)),
+        bad("n_set_header_crc_uppercase", "header_crc in uppercase hex digits",
+            lambda d: d["files"][0].__setitem__("header_crc", _upper(d["files"][0]))),
+        bad("n_set_sha256_short", "a sha256 of 63 digits",
+            lambda d: d["files"][0].__setitem__("sha256", d["files"][0]["sha256"][:63])),
+        bad("n_set_name_not_string", "a name that is a number", first("name", 1)),
+        bad("n_set_name_traversal", "a name leading out of the folder (../)",
+            first("name", "../model-00001-of-00002.awq2"), reqs=("SET-4",)),
+        bad("n_set_name_slash", "a name with a /", first("name", "sub/model.awq2"),
+            reqs=("SET-4",)),
+        bad("n_set_name_backslash", "a name with a backslash",
+            first("name", "sub\\model.awq2"), reqs=("SET-4",)),
+        bad("n_set_name_nul", "a name with a NUL character",
+            first("name", "model\u0000.awq2"), reqs=("SET-4",)),
+        bad("n_set_name_leading_dot", "a name starting with .", first("name", ".model.awq2"),
+            reqs=("SET-4",)),
+        bad("n_set_name_not_awq2", "a name not ending in .awq2", first("name", "config.json"),
+            reqs=("SET-4",)),
+        bad("n_set_name_twice", "one name listed twice",
+            lambda d: d["files"][1].__setitem__("name", d["files"][0]["name"]), reqs=("SET-4",)),
+        bad("n_set_rank_out_of_range", "rank 2 in a set of tp_size 2 (members of another "
+            "TP degree)", lambda d: d["files"][1].__setitem__("rank", 2), tp=True),
+        bad("n_set_rank_absent", "a file of a rank set without its rank",
+            lambda d: d["files"][1].pop("rank"), tp=True),
+        bad("n_set_tp_size_zero", "tp_size 0", lambda d: d.__setitem__("tp_size", 0), tp=True),
+        bad("n_set_tp_size_absent", "a rank set without tp_size", lambda d: d.pop("tp_size"),
+            tp=True),
+        bad("n_set_version_2", "awq2_set 2", lambda d: d.__setitem__("awq2_set", 2),
+            code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_kind_unknown", 'kind "pipeline"', lambda d: d.__setitem__("kind", "pipeline"),
+            code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_version_before_files", "awq2_set 2 and no files: the version is checked "
+            "before any other member", _version_2_without_files,
+            code="SET_UNSUPPORTED", reqs=("SET-3",)),
+    ]  # fmt: skip
+    return out
+
+
+def _upper(obj: dict[str, Any]) -> str:
+    """The file's header_crc in uppercase: the same value, as a lenient reader would take it
+    (a crc of decimal digits only is given a letter, so that the case shows)."""
+    crc = str(obj["header_crc"])
+    return (crc if crc.upper() != crc else "a" + crc[1:]).upper()
+
+
+def _member_rejects() -> list[Vector]:
+    """SET-5 to SET-8: the members against the manifest, and against each other."""
+    split = tiny_members()
+    ranks = rank_members()
+    doc = manifest_doc(split)
+    listed = dumps(doc)
+    # the same content written with another metadata value of the same length: another
+    # conversion's file, valid, of the same size, with another header_crc
+    other_meta = {**METADATA, "note": "conformance sev"}
+    stale = tiny_members(2, other_meta)[1]
+    assert len(stale.data) == len(split[1].data) and stale.data != split[1].data
+    bad_magic = b"\x89AWX" + split[1].data[4:]
+    entry_flags = next(m for m in MUTATIONS if m.id == "entry_flags")
+    broken = Member(split[1].name, mutated(entry_flags, base_bytes("sample")), {})
+    flipped = bytearray(split[0].data)
+    flipped[0x10000] ^= 0x01  # the first payload's first byte
+    dup = [
+        split[0],
+        member(
+            split[1].name, Content(dense=[_dense("model.layers.0.weight", 9)], metadata=METADATA)
+        ),
+    ]
+    names_differ = [ranks[0], member(ranks[1].name, rank_content(1, 2, extra="rank1.only"), 1)]
+    mixed = [ranks[0], member(ranks[1].name, rank_content(1, 4, n=16), 1)]
+    tiny = tiny_ranks()
+    dup_rank = [
+        tiny[0],
+        member("model-tp2-rank0-extra.awq2", Content(dense=[_dense("model.norm.weight", 5, (64,))]),
+               0),
+        tiny[1],
+    ]  # fmt: skip
+    wrong_sha = manifest_doc(split)
+    wrong_sha["files"][1]["sha256"] = hashlib.sha256(b"another file").hexdigest()
+    return [
+        reject("n_set_missing_file", "SET_MISSING_FILE", ("SET-5",), "open",
+               "the second listed file is absent", {split[0].name: split[0].data,
+                                                     "model.awq2.set.json": listed}),
+        reject("n_set_size_mismatch", "SET_FILE_MISMATCH", ("SET-5",), "open",
+               "a member one byte longer than the manifest says",
+               folder(split, listed) | {split[1].name: split[1].data + b"\0"}),
+        reject("n_set_header_crc_mismatch", "SET_FILE_MISMATCH", ("SET-5",), "open",
+               "a member of the same size from another conversion: its header_crc is not the "
+               "manifest's", folder(split, listed) | {split[1].name: stale.data}),
+        reject("n_set_member_bad_magic", "BAD_MAGIC", ("SET-5", "RD-1"), "open",
+               "a member whose magic is broken: the member's own code, before its header_crc",
+               folder(split, listed) | {split[1].name: bad_magic}),
+        reject("n_set_checks_in_manifest_order", "SET_MISSING_FILE", ("SET-5",), "open",
+               "the first member absent and the second of the wrong length: the first in "
+               "manifest order answers", {split[1].name: split[1].data + b"\0",
+                                          "model.awq2.set.json": listed}),
+        reject("n_set_rank_missing", "SET_RANK_MISSING", ("SET-5",), "open",
+               "tp_size 2 and only rank 0's file", folder(
+                   tiny[:1], dumps(manifest_doc(tiny[:1], 2)))),
+        reject("n_set_member_invalid", "BAD_ENTRY_FIELD", ("SET-8", "RD-2", "ENT-1"), "validate",
+               "a member that fails its own full validation (entry flags), and an unlisted "
+               ".awq2 file: the member's own code first", folder(
+                   [split[0], broken], dumps(manifest_doc([split[0], broken])),
+                   **{"model-old.awq2": split[1].data})),
+        reject("n_set_extra_file", "SET_EXTRA_FILE", ("SET-8", "SET-1"), "validate",
+               "an .awq2 file in the folder that the manifest does not list",
+               folder(split, listed, **{"model-00003-of-00003.awq2": split[1].data})),
+        reject("n_set_duplicate_name", "SET_DUPLICATE_NAME", ("SET-6",), "validate",
+               "one tensor name in two members of a split set", folder(
+                   dup, dumps(manifest_doc(dup)))),
+        reject("n_set_duplicate_name_in_rank", "SET_DUPLICATE_NAME", ("SET-6",), "validate",
+               "one tensor name in two members of rank 0", folder(
+                   dup_rank, dumps(manifest_doc(dup_rank, 2)))),
+        reject("n_set_rank_names_differ", "SET_RANK_MISMATCH", ("SET-7",), "validate",
+               "rank 1 holds a name rank 0 lacks", folder(
+                   names_differ, dumps(manifest_doc(names_differ, 2)))),
+        reject("n_set_rank_mixed_tp", "SET_RANK_MISMATCH", ("SET-7",), "validate",
+               "rank 1's file cut for tp_size 4 in a set for 2: a layer's n and the embedding's "
+               "shape differ from rank 0's", folder(mixed, dumps(manifest_doc(mixed, 2)))),
+        reject("n_set_member_bad_tensor_checksum", "BAD_TENSOR_CHECKSUM", ("ENT-10",), "verify",
+               "a payload byte of the first member flipped: its payload checksum fails before "
+               "any SHA-256 is compared", folder(
+                   [replace(split[0], data=bytes(flipped)), split[1]], listed)),
+        reject("n_set_bad_sha256", "SET_BAD_SHA256", (), "verify",
+               "the second member's sha256 in the manifest is another file's",
+               folder(split, dumps(wrong_sha))),
+    ]  # fmt: skip
+
+
+def reject_vectors() -> list[Vector]:
+    return [*_manifest_rejects(), *_member_rejects()]
+
+
+def set_vectors() -> list[Vector]:
+    return [*accept_vectors(), *reject_vectors()]
