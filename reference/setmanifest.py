@@ -52,7 +52,12 @@ class Manifest:
         if self.kind != "rank":
             return [list(self.members)]
         assert self.tp_size is not None
-        return [[m for m in self.members if m.rank == r] for r in range(self.tp_size)]
+        groups: dict[int | None, list[Member]] = {}
+        for m in self.members:
+            groups.setdefault(m.rank, []).append(m)
+        # a tp_size above the file count leaves a rank without a file among the first
+        # count + 1: the groups stop there, so a huge tp_size costs nothing [SET-5]
+        return [groups.get(r, []) for r in range(min(self.tp_size, len(self.members) + 1))]
 
 
 def _bad(message: str, *, expected: Any = None, found: Any = None) -> FormatError:

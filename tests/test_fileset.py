@@ -640,3 +640,18 @@ def test_dump_of_a_model_folder_explains_its_model_awq2(
 ) -> None:
     assert dump_main([str(single), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["path"] == str(single / "model.awq2")
+
+
+def test_a_huge_tp_size_is_a_missing_rank_at_once(tmp_path):
+    """SET-5: a rank set's tp_size far above its file count (2**64) gives SET_RANK_MISSING
+    without counting to it (it hung the reader before)."""
+    from tools.vectors.sets import dumps, manifest_doc, tiny_ranks
+
+    members = tiny_ranks()
+    for m in members:
+        (tmp_path / m.name).write_bytes(m.data)
+    doc = manifest_doc(members, 2) | {"tp_size": 2**64}
+    (tmp_path / "model.awq2.set.json").write_bytes(dumps(doc))
+    with pytest.raises(reference.FormatError) as info:
+        reference.open(tmp_path)
+    assert info.value.code == "SET_RANK_MISSING" and "rank 2 of" in info.value.message

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.fuzz.libfuzzer import C_DIR, vectors
+from tools.fuzz.libfuzzer import C_DIR, set_folders, vectors
 
 BUILD = C_DIR / "build" / "coverage"
 BINARY = BUILD / "awq2c"
@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("gcov not found (it comes with gcc)")
         return 2
     build()
-    n = run_on(vectors())
+    n = run_on([*vectors(), *set_folders()])  # files, and file sets' folders
     first = read_counts()
     second = None
     inputs = [f for d in args.corpus for f in sorted(d.iterdir()) if f.is_file()]

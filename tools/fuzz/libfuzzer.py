@@ -94,6 +94,12 @@ def vectors() -> list[Path]:
     return [MANIFEST.parent / v["file"] for v in manifest["vectors"] if "file" in v]
 
 
+def set_folders() -> list[Path]:
+    """Every file-set vector's folder (spec 2.1), which the adapter takes as its argument."""
+    manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    return [MANIFEST.parent / v["folder"] for v in manifest["vectors"] if "folder" in v]
+
+
 def seed_folder(dest: Path) -> Path:
     """A folder holding a copy of every vector (libFuzzer may not write into it)."""
     dest.mkdir(parents=True, exist_ok=True)

@@ -336,6 +336,8 @@ def _manifest_rejects() -> list[Vector]:
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
         bad("n_set_kind_unknown", 'kind "pipeline"', lambda d: d.__setitem__("kind", "pipeline"),
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_version_absent", "no awq2_set member: not 1", lambda d: d.pop("awq2_set"),
+            code="SET_UNSUPPORTED", reqs=("SET-3",)),
         bad("n_set_version_before_files", "awq2_set 2 and no files: the version is checked "
             "before any other member", _version_2_without_files,
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
@@ -403,6 +405,10 @@ def _member_rejects() -> list[Vector]:
         reject("n_set_rank_missing", "SET_RANK_MISSING", ("SET-5",), "open",
                "tp_size 2 and only rank 0's file", folder(
                    tiny[:1], dumps(manifest_doc(tiny[:1], 2)))),
+        reject("n_set_tp_size_huge", "SET_RANK_MISSING", ("SET-5", "SET-2"), "open",
+               "tp_size 2**64 with the files of ranks 0 and 1: rank 2 has no file (found "
+               "without counting to tp_size)", folder(
+                   tiny, dumps(manifest_doc(tiny, 2) | {"tp_size": 2**64}))),
         reject("n_set_member_invalid", "BAD_ENTRY_FIELD", ("SET-8", "RD-2", "ENT-1"), "validate",
                "a member that fails its own full validation (entry flags), and an unlisted "
                ".awq2 file: the member's own code first", folder(

@@ -1,8 +1,8 @@
-/* awq2.h: an independent AWQ-v2 reader in C11, written from the spec text alone (docs/spec: format, codec, rationale).
+/* awq2.h: an independent AWQ-v2 reader in C11, written from the spec text alone (docs/spec: format, codec, rationale, sets).
  *
  * Every on-disk number lives here (format.md: header, entry and trailer tables, the
- * registries, the limits).  Requirement ids (HDR-4, RD-2, ...) cite format.md; the codec
- * cites codec.md.
+ * registries, the limits; sets.md: the manifest).  Requirement ids (HDR-4, RD-2, ...) cite
+ * format.md, SET-n cite sets.md; the codec cites codec.md.
  */
 #ifndef AWQ2_H
 #define AWQ2_H
@@ -94,6 +94,10 @@ void awq2_sha256_hex(awq2_sha256 *s, char out[65]); /* finishes the hash */
 size_t awq2_utf8_invalid_at(const uint8_t *s, size_t len);
 /* META-1, META-2, LIM-5: 0 or -1 with BAD_METADATA / LIMIT_METADATA. */
 int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_error *err);
+/* The same checks (META-1, META-2, META-5, META-6) of a text that must be a JSON object, even
+ * an empty one; `what` names it in messages ("metadata", "manifest"). */
+int awq2_check_json(const uint8_t *text, size_t len, uint64_t base, const char *what,
+                    awq2_error *err);
 
 /* ---------------------------------------------------------------- the file (reader.c) */
 
@@ -148,5 +152,74 @@ int awq2_decode_layer(const awq2_file *f, const awq2_entry *qw, const awq2_entry
  * 0 with *doc (malloc'ed, the caller frees it) and *len, -1 with err (a layer that does not
  * decode), -2 out of memory. */
 int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err);
+/* The document of a file set (ADP-5): `set` (a JSON object's text) added, every tensor and
+ * layer of the `count` members in order, each with "rank": ranks[i] when ranks is not NULL,
+ * the first member's format_version and metadata.  On -1, *failed is the member at fault. */
+int awq2_describe_set(const awq2_file *members, const uint64_t *ranks, size_t count,
+                      const char *set, char **doc, size_t *len, size_t *failed,
+                      awq2_error *err);
+
+/* ---------------------------------------------------------------- file sets (sets.md) */
+
+#define AWQ2_SET_MANIFEST "model.awq2.set.json" /* SET-1 */
+#define AWQ2_SET_VERSION 1u                      /* SET-3 */
+#define AWQ2_MAX_SET_FILES 65536u                /* SET-2 */
+#define AWQ2_MAX_MANIFEST_LENGTH (1ull << 24)    /* SET-2 */
+#define AWQ2_MEMBER_SUFFIX ".awq2"               /* SET-4, SET-8 */
+
+/* A non-negative integer of the manifest; JSON allows any number of digits (META-5: at most
+ * 100 bytes), so a value of 2**64 or more is `huge` and `value` is UINT64_MAX. */
+typedef struct {
+    uint64_t value;
+    int huge;
+} awq2_uint;
+
+typedef struct {
+    char *name;             /* decoded; holds no NUL (SET-4), so it is a C string */
+    size_t name_length;
+    awq2_uint size, rank;   /* rank: in a rank set only, always < tp_size */
+    char header_crc[9];     /* 8 lowercase hex digits */
+    char sha256[65];        /* 64 lowercase hex digits */
+} awq2_set_file;
+
+typedef struct {
+    int rank_set;           /* kind "rank"; else "split" */
+    awq2_uint tp_size;      /* rank sets: at least 1 */
+    awq2_set_file *files;   /* 1 to AWQ2_MAX_SET_FILES, in manifest order */
+    size_t count;
+} awq2_manifest;
+
+/* SET-2, then SET-3, SET-4 (manifest.c): 0, or -1 with SET_BAD_MANIFEST or SET_UNSUPPORTED
+ * (err->offset: the manifest byte), or -2 out of memory.  Free with awq2_manifest_free,
+ * whatever it returned. */
+int awq2_parse_manifest(const uint8_t *text, size_t len, awq2_manifest *m, awq2_error *err);
+void awq2_manifest_free(awq2_manifest *m);
+
+/* A file set's error: `file` names the member (or the manifest) it is in, NULL for the whole
+ * set; `at_offset` when error.offset is a byte of that file. */
+typedef struct {
+    awq2_error error;
+    const char *file;
+    int at_offset;
+} awq2_set_error;
+
+typedef struct {
+    int dirfd;              /* the folder; every member is opened from it by name (SET-4) */
+    awq2_manifest manifest;
+    awq2_file *members;     /* manifest order; the first `mapped` are mapped (munmap at close) */
+    size_t mapped;
+    char *extra;            /* the unlisted .awq2 name SET_EXTRA_FILE reports */
+} awq2_set;
+
+/* set.c.  Each returns 0, -1 a format error (err), -2 the folder or a file cannot be read
+ * (err->error.message: why, err->file: which; no code), -3 out of memory. */
+int awq2_set_open(awq2_set *s, int dirfd, awq2_set_error *err);   /* SET-2 to SET-5 */
+int awq2_set_validate(awq2_set *s, awq2_set_error *err);          /* SET-8, SET-6, SET-7 */
+int awq2_set_verify(const awq2_set *s, awq2_set_error *err);      /* SET-8: ENT-10, SHA-256 */
+int awq2_set_describe(const awq2_set *s, char **doc, size_t *len, awq2_set_error *err);
+void awq2_set_close(awq2_set *s); /* does not close dirfd */
+/* What a file of this st_mode is, when it is not a regular file ("not a regular file (a
+ * folder)"); main.c says the same of its own argument. */
+const char *awq2_not_regular(unsigned long mode);
 
 #endif

@@ -1,6 +1,7 @@
 /* describe.c: the adapter's JSON document of an opened, validated and verified file
  * (conformance/schema/adapter-output.schema.json): every tensor with its payload's SHA-256,
- * every quantised layer decoded (codec.md) with the hashes of its parts, and the metadata.
+ * every quantised layer decoded (codec.md) with the hashes of its parts, and the metadata;
+ * for a file set (ADP-5), every member's, each with its rank in a rank set, and `set`.
  * main.c prints it; the fuzz target (fuzz/fuzz_reader.c) builds it the same way.
  */
 #include "awq2.h"
@@ -103,13 +104,21 @@ static int sibling(const awq2_file *f, const awq2_entry *qw, size_t plen, const 
     return 0;
 }
 
-static int describe(const awq2_file *f, buf *b, awq2_error *err)
+/* ------------------------------------------------------------------ the document */
+
+/* ",\"rank\":r" in a rank set's objects (ADP-5); nothing when rank is NULL. */
+static void put_rank(buf *b, const uint64_t *rank)
 {
-    awq2_entry e, sc, qz;
+    if (rank)
+        putf(b, ",\"rank\":%llu", (unsigned long long)*rank);
+}
+
+/* Every tensor of f, each object after a ',' unless it is the document's first. */
+static int put_tensors(const awq2_file *f, const uint64_t *rank, buf *b, int *first,
+                       awq2_error *err)
+{
+    awq2_entry e;
     char hex[65];
-    puts_(b, "{\"format_version\":\"2.");
-    putf(b, "%llu", f->version_minor);
-    puts_(b, "\",\"tensors\":[");
     for (uint64_t i = 0; i < f->tensor_count; i++) {
         if (awq2_read_entry(f, i, &e, err))
             return -1;
@@ -117,8 +126,10 @@ static int describe(const awq2_file *f, buf *b, awq2_error *err)
         awq2_sha256_init(&h);
         awq2_sha256_update(&h, f->data + e.data_offset, (size_t)e.data_length);
         awq2_sha256_hex(&h, hex);
-        puts_(b, i ? ",{\"name\":" : "{\"name\":");
+        puts_(b, *first ? "{\"name\":" : ",{\"name\":");
+        *first = 0;
         put_json_string(b, e.name, e.name_length);
+        put_rank(b, rank);
         puts_(b, ",\"dtype\":\"");
         puts_(b, awq2_dtype_name(e.dtype));
         puts_(b, "\",\"shape\":[");
@@ -130,8 +141,14 @@ static int describe(const awq2_file *f, buf *b, awq2_error *err)
         puts_(b, hex);
         puts_(b, "\"}");
     }
-    puts_(b, "],\"layers\":[");
-    int first = 1;
+    return 0;
+}
+
+/* Every quantised layer of f, decoded (codec.md). */
+static int put_layers(const awq2_file *f, const uint64_t *rank, buf *b, int *first,
+                      awq2_error *err)
+{
+    awq2_entry e, sc, qz;
     for (uint64_t i = 0; i < f->tensor_count; i++) {
         size_t plen;
         if (awq2_read_entry(f, i, &e, err))
@@ -146,9 +163,10 @@ static int describe(const awq2_file *f, buf *b, awq2_error *err)
         awq2_layer_hashes lh;
         if (awq2_decode_layer(f, &e, &sc, &qz, &lh, err))
             return -1;
-        puts_(b, first ? "{\"prefix\":" : ",{\"prefix\":");
-        first = 0;
+        puts_(b, *first ? "{\"prefix\":" : ",{\"prefix\":");
+        *first = 0;
         put_json_string(b, e.name, plen);
+        put_rank(b, rank);
         puts_(b, marlin ? ",\"layout\":\"MARLIN\"" : ",\"layout\":\"AWQ\"");
         putf(b, ",\"k\":%llu", e.k);
         putf(b, ",\"n\":%llu", e.n);
@@ -169,21 +187,47 @@ static int describe(const awq2_file *f, buf *b, awq2_error *err)
         puts_(b, lh.dequantized);
         puts_(b, "\"}");
     }
+    return 0;
+}
+
+/* The document of `count` members (one for a file): the first one's version and metadata. */
+static int describe(const awq2_file *m, const uint64_t *ranks, size_t count, const char *set,
+                    buf *b, size_t *failed, awq2_error *err)
+{
+    int first = 1;
+    puts_(b, "{\"format_version\":\"2.");
+    putf(b, "%llu", m[0].version_minor);
+    puts_(b, "\"");
+    if (set) {
+        puts_(b, ",\"set\":");
+        puts_(b, set);
+    }
+    puts_(b, ",\"tensors\":[");
+    for (*failed = 0; *failed < count; ++*failed)
+        if (put_tensors(&m[*failed], ranks ? &ranks[*failed] : NULL, b, &first, err))
+            return -1;
+    puts_(b, "],\"layers\":[");
+    first = 1;
+    for (*failed = 0; *failed < count; ++*failed)
+        if (put_layers(&m[*failed], ranks ? &ranks[*failed] : NULL, b, &first, err))
+            return -1;
     puts_(b, "],\"metadata\":");
-    if (f->metadata_length) /* checked strict JSON (META-1, META-2): passed through as is */
-        put(b, (const char *)f->data + f->metadata_at, (size_t)f->metadata_length);
+    if (m[0].metadata_length) /* checked strict JSON (META-1, META-2): passed through as is */
+        put(b, (const char *)m[0].data + m[0].metadata_at, (size_t)m[0].metadata_length);
     else
         puts_(b, "{}");
     puts_(b, "}\n");
     return 0;
 }
 
-int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err)
+int awq2_describe_set(const awq2_file *members, const uint64_t *ranks, size_t count,
+                      const char *set, char **doc, size_t *len, size_t *failed,
+                      awq2_error *err)
 {
     buf out = {NULL, 0, 0, 0};
     *doc = NULL;
     *len = 0;
-    if (describe(f, &out, err)) {
+    if (describe(members, ranks, count, set, &out, failed, err)) {
         free(out.p);
         return -1;
     }
@@ -194,4 +238,10 @@ int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err)
     *doc = out.p;
     *len = out.len;
     return 0;
+}
+
+int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err)
+{
+    size_t failed;
+    return awq2_describe_set(f, NULL, 1, NULL, doc, len, &failed, err);
 }

@@ -1,4 +1,5 @@
-/* json.c: strict UTF-8 (NAME-2, META-1) and the metadata check (META-1, META-2, LIM-5).
+/* json.c: strict UTF-8 (NAME-2, META-1) and the metadata check (META-1, META-2, LIM-5), which
+ * a file set's manifest reuses (sets.md SET-2).
  *
  * The order is META-6's: no byte order mark and valid UTF-8, then the nesting depth by one
  * lexical pass (LIMIT_METADATA, whatever the rest of the text), then the grammar, duplicate
@@ -68,6 +69,7 @@ typedef struct {
     const uint8_t *s;
     size_t len, pos;
     uint64_t base; /* file offset of s[0], for messages */
+    const char *what; /* "metadata" or "manifest", for messages */
     awq2_error *err;
     frame *stack;
     size_t depth, stack_cap;
@@ -94,13 +96,13 @@ static int key_cmp(const void *a, const void *b)
 static int bad(parser *p, const char *what)
 {
     return awq2_fail(p->err, "BAD_METADATA", p->base + p->pos,
-                     "metadata is not a strict JSON object: %s at metadata byte %zu", what,
+                     "%s is not a strict JSON object: %s at %s byte %zu", p->what, what, p->what,
                      p->pos);
 }
 
 static int oom(parser *p)
 {
-    return awq2_fail(p->err, "LIMIT_METADATA", p->base, "out of memory parsing the metadata");
+    return awq2_fail(p->err, "LIMIT_METADATA", p->base, "out of memory parsing the %s", p->what);
 }
 
 static int grow(void **buf, size_t *cap, size_t need, size_t item)
@@ -426,13 +428,19 @@ int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_err
 {
     if (len == 0)
         return 0; /* META-1: no metadata */
+    return awq2_check_json(text, len, base, "metadata", err);
+}
+
+int awq2_check_json(const uint8_t *text, size_t len, uint64_t base, const char *what,
+                    awq2_error *err)
+{
     if (len >= 3 && text[0] == 0xEF && text[1] == 0xBB && text[2] == 0xBF)
-        return awq2_fail(err, "BAD_METADATA", base, "metadata starts with a byte order mark");
+        return awq2_fail(err, "BAD_METADATA", base, "%s starts with a byte order mark", what);
     size_t at = awq2_utf8_invalid_at(text, len);
     if (at != len)
         return awq2_fail(err, "BAD_METADATA", base + at,
-                         "metadata is not UTF-8: invalid byte 0x%02X at metadata byte %zu",
-                         text[at], at);
+                         "%s is not UTF-8: invalid byte 0x%02X at %s byte %zu", what,
+                         text[at], what, at);
     /* META-6: the depth, by one lexical pass, before the text is parsed */
     long long depth = 0; /* may go below zero in a malformed text: not clamped */
     int in_string = 0;
@@ -448,7 +456,7 @@ int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_err
         } else if (c == '[' || c == '{') {
             if (++depth > AWQ2_MAX_METADATA_DEPTH)
                 return awq2_fail(err, "LIMIT_METADATA", base + i,
-                                 "metadata nests deeper than max_metadata_depth (%u)",
+                                 "%s nests deeper than max_metadata_depth (%u)", what,
                                  AWQ2_MAX_METADATA_DEPTH);
         } else if (c == ']' || c == '}') {
             depth--;
@@ -459,6 +467,7 @@ int awq2_check_metadata(const uint8_t *text, size_t len, uint64_t base, awq2_err
     p.s = text;
     p.len = len;
     p.base = base;
+    p.what = what;
     p.err = err;
     int rc = parse(&p);
     free(p.stack);
