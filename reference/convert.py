@@ -54,6 +54,7 @@ from reference.files import open_regular
 from reference.layers import PARTS, StoredTensor, encode_linear
 from reference.legacy import Checkpoint, open_checkpoint
 from reference.opener import open as open_any
+from reference.parallel import available_cores
 from reference.partial import NAME_MAX, stale_partials
 from reference.reader import Reader
 from reference.setwriter import RankSetWriter, SetWriter, parse_size
@@ -204,14 +205,8 @@ def _stored_shape(src: Checkpoint, name: str, family: str) -> tuple[int, ...]:
 
 
 def default_jobs() -> int:
-    """The cores this process may use: ``os.process_cpu_count()`` (Python 3.13), else the
-    scheduler's affinity mask, else ``os.cpu_count()``."""
-    counter = getattr(os, "process_cpu_count", None)
-    if counter is not None:
-        return counter() or 1
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
+    """The cores this process may use (:func:`reference.parallel.available_cores`)."""
+    return available_cores()
 
 
 def convert(

@@ -15,7 +15,7 @@ from spec.algorithms import FNV64_OFFSET_BASIS, FNV64_PRIME
 
 
 def fnv1a_64_many(
-    pool: NDArray[np.uint8], offsets: NDArray[np.uint64], lengths: NDArray[np.integer]
+    pool: NDArray[np.uint8], offsets: NDArray[np.integer], lengths: NDArray[np.integer]
 ) -> NDArray[np.uint64]:
     """FNV-1a 64 of ``pool[offsets[i] : offsets[i] + lengths[i]]`` for every i.
 

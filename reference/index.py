@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from reference import rules
 from reference.dtypes import numpy_dtype
+from reference.entrytable import checked_infos
 from reference.errors import checksum_mismatch, field_error, over_limit
 from reference.metadata import parse_metadata
 from spec.algorithms import bucket_bits_for, bucket_of, crc32c, fnv1a_64
@@ -369,8 +370,21 @@ class Index:
             ) from exc
 
     def infos(self) -> list[rules.TensorInfo]:
-        """Every entry's info, in index order."""
-        return [self.info(self.record(i)) for i in range(self.tensor_count)]
+        """Every entry's info, in index order: the whole table checked at once where every
+        entry passes (:mod:`reference.entrytable`), else entry by entry, which raises the
+        first failure."""
+        infos = checked_infos(*self.entry_sections(), slab_end=self.header["index_offset"])
+        if infos is None:
+            infos = [self.info(self.record(i)) for i in range(self.tensor_count)]
+        return infos
+
+    def entry_sections(self) -> tuple[bytes, bytes, bytes]:
+        """The entries, names and dims sections, each copied once [RD-4]."""
+        g = self.geometry
+        entries, names, dims = (
+            bytes(self.data[s.offset : s.end]) for s in (g.entries, g.names, g.dims)
+        )
+        return entries, names, dims
 
     # ------------------------------------------------------------------ lookup [IDX-9]
 

@@ -31,9 +31,10 @@ from reference.index import Index
 from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
 from reference.metadata import parse_metadata
 from reference.order import slab_order
+from reference.parallel import available_cores, copy_out
 from reference.residency import resident
 from reference.rules import TensorInfo
-from reference.validate import validate_index
+from reference.validate import Validated, validate_index
 from spec.algorithms import crc32c
 from spec.constants import ALIGNMENT
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
@@ -160,7 +161,9 @@ class Reader:
         else by positioned reads; a file found shorter than the payload raises ``TRUNCATED``."""
         return self.read_many_into([(tensor, out)])[0]
 
-    def read_many_into(self, items: Iterable[tuple[str | TensorInfo, Any]]) -> list[NDArray[Any]]:
+    def read_many_into(
+        self, items: Iterable[tuple[str | TensorInfo, Any]], *, threads: int | None = None
+    ) -> list[NDArray[Any]]:
         """``read_into`` for many tensors at once, returning the arrays in the order given.
 
         Payloads that follow one another in the slab are fetched together, in runs of up to
@@ -169,7 +172,9 @@ class Reader:
         its bytes are (``bench/bench_load.py`` measures both; ``docs/benchmarks.md``):
 
         * all of its pages in the page cache (:func:`reference.residency.resident`): copied
-          out of the memory map (a user-space copy; positioned reads were 2-4x slower here);
+          out of the memory map (a user-space copy; positioned reads were 2-4x slower here),
+          in pieces spread over ``threads`` threads (:func:`reference.parallel.copy_out`;
+          by default the cores this process may use; 1: the calling thread only);
         * otherwise: one ``preadv`` (the kernel reads ahead in large requests; a copy out
           of the map waited on page faults, 2x slower from a cold cache).
 
@@ -178,6 +183,7 @@ class Reader:
         the copy faults like any mapped view (SIGBUS, see :class:`Reader`); a reader opened
         with ``copy=True`` copies from its private snapshot instead.
         """
+        threads = available_cores() if threads is None else threads
         jobs = []
         for tensor, out in items:
             info = tensor if isinstance(tensor, TensorInfo) else self.entry(tensor)
@@ -199,7 +205,7 @@ class Reader:
                 gap = info.offset - run_end
                 if run and (gap < 0 or gap >= ALIGNMENT or run_end - run_start > _RUN_BYTES
                             or len(run) + 2 > _IOV_MAX):  # fmt: skip
-                    self._fetch(run, run_start, file_end)
+                    self._fetch(run, run_start, file_end, threads)
                     run = []
                 if not run:
                     run_start = run_end = info.offset
@@ -208,13 +214,13 @@ class Reader:
                 run.append(target)
                 run_end = info.offset + info.length
             if run:
-                self._fetch(run, run_start, file_end)
+                self._fetch(run, run_start, file_end, threads)
         return [
             np.frombuffer(target, numpy_dtype(info.dtype)).reshape(info.shape)
             for info, target in jobs
         ]
 
-    def _fetch(self, views: list[memoryview], offset: int, file_end: int) -> None:
+    def _fetch(self, views: list[memoryview], offset: int, file_end: int, threads: int) -> None:
         """Fill every view from ``offset`` on: from the map when every byte is in memory and
         before ``file_end`` (the file's size now), else by positioned reads."""
         end = offset + sum(len(v) for v in views)
@@ -224,15 +230,11 @@ class Reader:
             self._preadv_exact(views, offset)
             return
         with memoryview(self._data) as mapped:
-            for view in views:
-                view[:] = mapped[offset : offset + len(view)]
-                offset += len(view)
+            copy_out(mapped, views, offset, threads)
 
-    def _pread(self, start: int, end: int) -> bytearray:
-        """Bytes ``[start, end)`` by positioned reads (not through the map)."""
-        out = bytearray(end - start)
-        self._preadv_exact([memoryview(out)], start)
-        return out
+    def _pread_into(self, view: memoryview, offset: int) -> None:
+        """Fill ``view`` from ``offset`` by positioned reads (not through the map)."""
+        self._preadv_exact([view], offset)
 
     def _preadv_exact(self, views: list[memoryview], offset: int) -> None:
         """Fill every view from ``offset`` on, across short reads."""
@@ -282,8 +284,22 @@ class Reader:
 
     def validate(self) -> None:
         """Check everything the spec requires, in the order RD-2 fixes."""
-        read = self._pread if self._fd >= 0 else None  # padding by positioned reads [WR-4]
-        self._metadata_cache = validate_index(self._index, read).metadata
+        self._validate()
+
+    def validated_entries(self) -> list[TensorInfo]:
+        """:meth:`validate`, then :meth:`entries`, reading and checking the entries once:
+        the infos come from the copy of the index that validation checked [RD-4] (listing
+        a model's entries costs as much as checking them; ``reference.torch.load_file``)."""
+        infos = self._validate(keep=True).infos
+        if infos is None:  # walked and passed: the table changed between the two passes
+            return self.entries()
+        return [infos[i] for i in slab_order(self._index)]
+
+    def _validate(self, keep: bool = False) -> Validated:
+        read = self._pread_into if self._fd >= 0 else None  # padding by positioned reads [WR-4]
+        validated = validate_index(self._index, read, keep=keep)
+        self._metadata_cache = validated.metadata
+        return validated
 
     def verify(self) -> None:
         """Full validation plus every payload checksum [ENT-10], in increasing data_offset

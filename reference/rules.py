@@ -110,6 +110,16 @@ def check_payload(
 
     Returns the dtype name.  ``offset`` is the file offset of the entry, for errors.
     """
+    dtype = check_extent(shape, dtype_code, data_length, offset=offset)
+    check_placement(data_offset, data_length, slab_offset=slab_offset, slab_end=slab_end,
+                    offset=offset)  # fmt: skip
+    return dtype
+
+
+def check_extent(shape: tuple[int, ...], dtype_code: int, data_length: int, *, offset: int) -> str:
+    """A known dtype, a describable shape, and a length that is their product [ENT-4..6].
+
+    Returns the dtype name."""
     dtype = DTYPE_BY_CODE.get(dtype_code)
     if dtype is None:
         raise field_error(
@@ -132,6 +142,13 @@ def check_payload(
             nbytes,
             data_length,
         )
+    return dtype.name
+
+
+def check_placement(
+    data_offset: int, data_length: int, *, slab_offset: int, slab_end: int, offset: int
+) -> None:
+    """The payload starts on a 64 KiB boundary and lies inside the slab [SLAB-2, SLAB-3]."""
     if data_offset % ALIGNMENT:
         raise field_error(
             "MISALIGNED_OFFSET",
@@ -148,7 +165,6 @@ def check_payload(
             f"[{slab_offset}, {slab_end})",
             f"[{data_offset}, {data_offset + data_length})",
         )
-    return dtype.name
 
 
 def expected_quant_shape(

@@ -126,8 +126,8 @@ def load_file(
     memory and copy it over."""
     if backend not in ("mmap", "pread"):
         raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
-    with Reader(filename, validate=validate) as reader:
-        infos = reader.entries()
+    with Reader(filename) as reader:
+        infos = reader.validated_entries() if validate else reader.entries()
         if backend == "mmap" and torch.device(device).type == "cpu":
             tensors = _mapped(reader, infos)
         else:
@@ -140,15 +140,15 @@ def _mapped(reader: Reader, infos: list[TensorInfo]) -> list[torch.Tensor]:
     ``MAP_PRIVATE``, writable); payloads are 64 KiB-aligned [SLAB-2], so every view is
     aligned for its type."""
     private = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_COPY)
-    whole = torch.frombuffer(private, dtype=torch.uint8)  # keeps the map alive
-    return [
-        whole[info.offset : info.offset + info.length]
-        .view(TORCH_DTYPES[info.dtype])
-        .view(info.shape)
-        if info.length
-        else torch.empty(info.shape, dtype=TORCH_DTYPES[info.dtype])
-        for info in infos
-    ]
+    storage = torch.frombuffer(private, dtype=torch.uint8).untyped_storage()  # holds the map
+    out = []
+    for info in infos:
+        dtype = TORCH_DTYPES[info.dtype]
+        tensor = torch.empty(0 if info.length else info.shape, dtype=dtype)
+        if info.length:  # the offset is a multiple of 64 KiB: whole elements of any dtype
+            tensor.set_(storage, info.offset // dtype.itemsize, info.shape)
+        out.append(tensor)
+    return out
 
 
 def read_entries(

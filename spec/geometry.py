@@ -114,7 +114,7 @@ def pack_dims(shape: Iterable[int]) -> bytes:
     return struct.pack(f"<{len(dims)}Q", *dims)
 
 
-def entry_checksum(record: bytes, name: bytes, dims: bytes) -> int:
+def entry_checksum(record: bytes | memoryview, name: bytes, dims: bytes) -> int:
     """``entry_crc``: CRC-32C of the record's bytes before the checksum field, then the
     entry's name bytes, then its dims as stored [ENT-9]."""
     crc = crc32c(record[:ENTRY_CRC_OFFSET])

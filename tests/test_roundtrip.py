@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -347,6 +348,36 @@ def test_read_many_into_copies_from_the_map_only_what_is_in_memory(
             np.testing.assert_array_equal(array, tensors[info.name])
     assert asked  # the choice was made
     assert bool(reads) is not in_memory
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 16])
+def test_read_many_into_copies_on_threads_in_pieces(sample_file, threads, monkeypatch):
+    """The copy out of the map is cut into pieces (tiny here, so that payloads span several
+    and threads outnumber some runs' pieces) spread over threads: every payload still equals
+    the stored one, and nothing is written past it."""
+    import reference.parallel as parallel
+    import reference.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "resident", lambda address, length: True)
+    monkeypatch.setattr(parallel, "PIECE", 100)
+    monkeypatch.setattr(parallel, "_SMALL", 40)  # both copy methods are used
+    used: set[str] = set()
+    real_copy = parallel._copy
+
+    def noting(source, pieces):
+        used.add(threading.current_thread().name)
+        return real_copy(source, pieces)
+
+    monkeypatch.setattr(parallel, "_copy", noting)
+    tensors = sample_tensors()
+    with reference.open(sample_file) as reader:
+        infos = reader.entries()
+        bufs = [np.full(i.length + 5, 0xAA, np.uint8) for i in infos]
+        got = reader.read_many_into(zip(infos, bufs), threads=threads)
+        for info, array, buf in zip(infos, got, bufs):
+            np.testing.assert_array_equal(array, tensors[info.name])
+            assert buf[-5:].tolist() == [0xAA] * 5
+    assert (len(used) == 1) is (threads == 1)  # the caller's thread, or it and the pool's
 
 
 def test_resident_tells_pages_in_memory():

@@ -172,13 +172,13 @@ def test_full_validation_reads_the_padding_with_positioned_reads(tmp_path, monke
     path = tmp_path / "m.awq2"
     reference.save(path, {"a": np.ones(5, np.float32), "b": np.ones(7, np.float16)})
     ranges: list[tuple[int, int]] = []
-    original = reference.Reader._pread
+    original = reference.Reader._pread_into
 
-    def spy(self, start, end):
-        ranges.append((start, end))
-        return original(self, start, end)
+    def spy(self, view, offset):
+        ranges.append((offset, offset + len(view)))
+        return original(self, view, offset)
 
-    monkeypatch.setattr(reference.Reader, "_pread", spy)
+    monkeypatch.setattr(reference.Reader, "_pread_into", spy)
     with reference.open(path) as f:
         f.validate()
         geometry = f.index.geometry
@@ -193,11 +193,10 @@ def test_the_validator_reports_padding_it_reads(tmp_path):
     reference.save(path, {"a": np.ones(5, np.float32)})
     with reference.open(path) as f:
 
-        def read(start, end):
-            data = bytearray(f.index.buf[start:end])
-            if start == 128:
-                data[10] = 7
-            return data
+        def read(view, offset):
+            view[:] = f.index.buf[offset : offset + len(view)]
+            if offset == 128:
+                view[10] = 7
 
         with pytest.raises(reference.FormatError) as info:
             validate_index(f.index, read)

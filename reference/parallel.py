@@ -1,0 +1,75 @@
+"""Using every core: how many there are, and copying bytes that are in memory on all of them.
+
+:meth:`reference.reader.Reader.read_many_into` copies payloads whose pages are in the page
+cache out of the memory map (:mod:`reference.residency`).  One thread copies at what one
+core's share of memory bandwidth allows; NumPy's copy releases the GIL, so on two cores two
+threads copied the 1B benchmark's 778 MB in 0.78x the time of one (``bench/bench_load.py``,
+``docs/benchmarks.md``).  :func:`copy_out` cuts a run into pieces of :data:`PIECE` bytes
+and spreads them over the calling thread and a shared pool of worker threads, started on
+first use and kept for the life of the process (daemon threads, as
+:mod:`concurrent.futures` makes them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+#: Bytes per piece of a parallel copy: large enough that a piece's call overhead (a few
+#: microseconds) is lost in its copy (about a millisecond), small enough to balance.
+PIECE = 8 << 20
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def available_cores() -> int:
+    """The cores this process may use: ``os.process_cpu_count()`` (Python 3.13), else the
+    scheduler's affinity mask, else ``os.cpu_count()``."""
+    counter = getattr(os, "process_cpu_count", None)
+    if counter is not None:
+        return int(counter() or 1)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(available_cores(), thread_name_prefix="awq2-copy")
+        return _pool
+
+
+def copy_out(source: memoryview, views: list[memoryview], offset: int, threads: int) -> None:
+    """Fill ``views``, one after another, from ``source[offset:]``, on up to ``threads``
+    threads (the caller's included); pieces of at most :data:`PIECE` bytes."""
+    pieces = []
+    for view in views:
+        for start in range(0, len(view), PIECE):
+            pieces.append((view[start : start + PIECE], offset + start))
+        offset += len(view)
+    threads = max(1, min(threads, len(pieces)))
+    shares = [pieces[i::threads] for i in range(threads)]
+    pending = [_workers().submit(_copy, source, share) for share in shares[1:]]
+    _copy(source, shares[0])
+    for future in pending:
+        future.result()
+
+
+#: Below this many bytes a piece is copied by ``memoryview`` assignment, which costs less
+#: per call than NumPy's but holds the GIL.
+_SMALL = 1 << 16
+
+
+def _copy(source: memoryview, pieces: list[tuple[memoryview, int]]) -> None:
+    for target, at in pieces:
+        if len(target) < _SMALL:
+            target[:] = source[at : at + len(target)]
+        else:  # NumPy copies without the GIL
+            into = np.frombuffer(target, np.uint8)
+            np.copyto(into, np.frombuffer(source[at : at + len(target)], np.uint8))
