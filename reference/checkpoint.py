@@ -95,6 +95,8 @@ def read_safetensors_header(
                            path=str(path))  # fmt: skip
     try:
         header = json.loads(raw)
+        if b"\\u" in raw:  # an escaped unpaired surrogate is no UTF-8 (nor, to safetensors, JSON)
+            json.dumps(header, ensure_ascii=False).encode("utf-8")
     except (UnicodeDecodeError, ValueError) as exc:
         raise legacy_error(family, "INCOMPLETE", f"{path.name}: safetensors header is not JSON",
                            offset=8, expected="a JSON object", found=str(exc)[:80],
@@ -297,10 +299,17 @@ class SafetensorsFiles:
         if t is None:
             raise TensorNotFoundError(name)
         if t.dtype in _ML_DTYPES:
+            self._handle(t.file)  # safetensors' own check of the file, as for other dtypes
             dtype = numpy_dtype(t.dtype)
-            raw = np.fromfile(
-                t.file, dtype=dtype, count=t.length // dtype.itemsize, offset=t.offset
-            )
+            count = t.length // dtype.itemsize
+            raw = np.fromfile(t.file, dtype=dtype, count=count, offset=t.offset)
+            if raw.size != count:  # the file was cut short since it was opened
+                raise legacy_error(self.family, "INCOMPLETE",
+                                   f"{t.file.name}: tensor {name!r} runs past the end of the "
+                                   "file (truncated?)", offset=t.offset,
+                                   expected=f"{t.length} bytes",
+                                   found=f"{raw.size * dtype.itemsize} bytes",
+                                   path=str(t.file))  # fmt: skip
             return raw.reshape(t.shape)
         handle = self._handle(t.file)
         try:

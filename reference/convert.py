@@ -62,7 +62,7 @@ from reference.text import escape
 from reference.tpsplit import Cut, SplitPlan, plan_for, read_rules, split_stored
 from reference.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
-from spec.constants import ALIGNMENT, MAGIC, SET_MANIFEST, SLAB_OFFSET
+from spec.constants import ALIGNMENT, MAGIC, MAX_NAME_LENGTH, SET_MANIFEST, SLAB_OFFSET
 from spec.geometry import index_geometry
 from spec.marlin import marlin_shape_ok
 from spec.registry import DTYPE_BY_NAME
@@ -148,6 +148,7 @@ def make_plan(src: Checkpoint, *, hash_sources: bool = True) -> Plan:
     layers = set(src.layers())
     done: set[str] = set()
     for name in sorted(src.names(), key=natural_key):
+        _check_name(src, name)
         prefix, _, part = name.rpartition(".")
         if prefix in layers and part in (*PARTS, "bias"):
             if prefix in done:
@@ -166,6 +167,18 @@ def make_plan(src: Checkpoint, *, hash_sources: bool = True) -> Plan:
     digests = [sha256_of(f) for f in src.files] if hash_sources else None
     plan.metadata = plan_metadata(src, digests)
     return plan
+
+
+def _check_name(src: Checkpoint, name: str) -> None:
+    """A tensor name an AWQ-v2 file can hold: 1 to max_name_length bytes [NAME-1, LIM-3]; a
+    checkpoint with another cannot be converted exactly [V1-2, CT-2]."""
+    length = len(name.encode("utf-8", "surrogatepass"))  # the readers refuse lone surrogates
+    if not 1 <= length <= MAX_NAME_LENGTH:
+        raise error(f"{src.family}_UNSUPPORTED", f"tensor name {name[:80]!r} cannot be an "
+                    "AWQ-v2 tensor name", offset=0,
+                    expected=f"1 to {MAX_NAME_LENGTH} bytes of UTF-8",
+                    found=f"{length} bytes",
+                    path=str(src.path))  # fmt: skip
 
 
 def plan_metadata(src: Checkpoint, digests: Sequence[str] | None) -> dict[str, Any]:
