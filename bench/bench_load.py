@@ -29,7 +29,9 @@ every repeat), loading every tensor of the model into memory:
     the same read at a safetensors tensor's offset is shown to fail with EINVAL.
 (t) ``reference.torch.load_file`` of the AWQ-v2 file, against (ts) ``safetensors.torch.load_file``
     of a safetensors file holding the same tensors (written from (t)'s result with
-    ``safetensors.torch.save_file``); (tp) and (tsp) the same two with ``backend="pread"``:
+    ``safetensors.torch.save_file``); both check what the tensors are made of (entries,
+    offsets, no overlap), not the rest of the file; (tv) is (t) with ``validate=True``, full
+    validation first (shown, no target); (tp) and (tsp) the same two with ``backend="pread"``:
     only where torch imports, else one line says so.  The default ``mmap`` backends of both
     return tensors in a private (copy-on-write) map of the file, paged in on first touch, so
     (t) and (ts) have not read the bytes that (tp) and (tsp) have.
@@ -431,6 +433,8 @@ def torch_cases(v2: Path, workdir: Path) -> list[Case]:
              v2.stat().st_size),
         Case("(ts)", "safetensors.torch.load_file, the same tensors",
              lambda: safetensors_torch.load_file(str(same)), [same], same.stat().st_size),
+        Case("(tv)", "v2 reference.torch.load_file(validate=True)",
+             lambda: awq_torch.load_file(v2, validate=True), [v2], v2.stat().st_size),
         Case("(tp)", "v2 reference.torch.load_file(backend='pread')",
              lambda: awq_torch.load_file(v2, backend="pread"), [v2], v2.stat().st_size),
         Case("(tsp)", "safetensors.torch.load_file(backend='pread'), the same",
@@ -444,10 +448,12 @@ def print_torch_ratio(by_key: dict[str, Case], phase: str) -> None:
     if awq_torch is None:
         print(f"  (t)/(ts)  not measured: torch is not installed ({TORCH_MISSING})")
         return
-    t, ts, tp, tsp = (getattr(by_key[k], phase) for k in ("(t)", "(ts)", "(tp)", "(tsp)"))
-    if t and ts and tp and tsp:
+    keys = ("(t)", "(ts)", "(tv)", "(tp)", "(tsp)")
+    t, ts, tv, tp, tsp = (getattr(by_key[k], phase) for k in keys)
+    if t and ts and tv and tp and tsp:
         note = "reference.torch.load_file / safetensors.torch.load_file, default mmap backends"
         print(ratio_line("(t)/(ts)", min(t), min(ts), note))
+        print(ratio_line("(tv)/(ts)", min(tv), min(ts), "the same, full validation first"))
         print(ratio_line("(tp)/(tsp)", min(tp), min(tsp), "the same, backend='pread' on both"))
         print(
             "  (the mmap backends return tensors in a copy-on-write map of the file, read on "

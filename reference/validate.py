@@ -417,6 +417,14 @@ def _name(index: Index, i: int) -> str:
     return index.info(index.record(i)).name
 
 
+def check_slab(index: Index) -> None:
+    """Payload placement alone, for an index whose entries passed their local checks: no two
+    payloads overlap, and each lies at the next 64 KiB boundary [SLAB-4, SLAB-5] (what
+    ``reference.torch.load_file`` checks besides the entries, as safetensors checks its
+    header's offsets: no tensor shares another's bytes)."""
+    _check_placement(index, _placed(index))
+
+
 def _check_placement(index: Index, placed: Placed) -> None:
     """Overlap, then packing [SLAB-4, SLAB-5]."""
     offset, end = placed.offset, placed.end

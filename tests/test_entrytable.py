@@ -136,3 +136,46 @@ def test_validated_entries_raise_what_validate_raises() -> None:
             assert _code(f.validated_entries) == code
         seen += code is not None
     assert seen >= 50
+
+
+# ------------------------------------------------------------------ listing, and the slab alone
+
+
+@pytest.mark.parametrize(
+    ("vector", "code"), [("n_entry_checksum", "BAD_ENTRY_CHECKSUM"), ("n_empty_name", "EMPTY_NAME")]
+)
+def test_listing_a_bad_table_raises_what_the_walk_finds(vector: str, code: str) -> None:
+    """``entries()`` of a table the fast path refuses walks it and raises the first failure,
+    the same as full validation's entry pass [ENT-9, NAME-1]."""
+    path = ROOT / "conformance" / "vectors" / f"{vector}.awq2"
+    with pytest.raises(FormatError) as full:
+        reference.open(path, validate=True).close()
+    with reference.open(path) as f, pytest.raises(FormatError) as listed:
+        f.entries()
+    assert listed.value.code == full.value.code == code
+    assert listed.value.offset == full.value.offset
+
+
+@pytest.mark.parametrize(
+    ("vector", "code"),
+    [("n_overlapping_payloads", "OVERLAP"), ("n_gap_before_payload", "SLAB_GAP"),
+     ("n_gap_before_index", "SLAB_GAP")],
+)  # fmt: skip
+def test_check_slab_raises_what_full_validation_does(vector: str, code: str) -> None:
+    """``validate.check_slab``, the placement step alone [SLAB-4, SLAB-5]: the same error as
+    full validation, whose first failure these vectors' is."""
+    path = ROOT / "conformance" / "vectors" / f"{vector}.awq2"
+    with pytest.raises(FormatError) as full:
+        reference.open(path, validate=True).close()
+    with reference.open(path) as f, pytest.raises(FormatError) as alone:
+        validate.check_slab(f.index)
+    assert full.value.code == alone.value.code == code
+    assert full.value.offset == alone.value.offset
+
+
+def test_check_slab_passes_every_must_accept_file() -> None:
+    accepted = [v for v in FILE_VECTORS if v["expect"] == "accept"]
+    assert len(accepted) >= 30
+    for v in accepted:
+        with reference.open(ROOT / "conformance" / v["file"]) as f:
+            validate.check_slab(f.index)

@@ -31,7 +31,7 @@ from reference.fileset import FileSet
 from reference.index import Index
 from reference.setmanifest import parse_manifest, plain_member_name
 from reference.setwriter import parse_size, save_set
-from spec.constants import SET_MANIFEST
+from spec.constants import MAX_METADATA_LENGTH, SET_MANIFEST
 
 LIMIT = 300_000  # bytes: several members for the example model (3.7 MB as one file)
 
@@ -655,3 +655,17 @@ def test_a_huge_tp_size_is_a_missing_rank_at_once(tmp_path):
     with pytest.raises(reference.FormatError) as info:
         reference.open(tmp_path)
     assert info.value.code == "SET_RANK_MISSING" and "rank 2 of" in info.value.message
+
+
+def test_a_manifest_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    """A manifest longer than max_metadata_length bytes: SET_BAD_MANIFEST, from its size
+    alone [SET-2, LIM-5]."""
+    folder = tmp_path / "set"
+    folder.mkdir()
+    with (folder / SET_MANIFEST).open("wb") as f:
+        f.write(b'{"awq2_set": 1, "kind": "split", "files": []}')
+        f.truncate(MAX_METADATA_LENGTH + 1)
+    with pytest.raises(FormatError) as caught:
+        reference.open(folder)
+    assert _code(caught) == "SET_BAD_MANIFEST"
+    assert "longer than the limit" in caught.value.message

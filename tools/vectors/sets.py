@@ -338,6 +338,8 @@ def _manifest_rejects() -> list[Vector]:
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
         bad("n_set_version_absent", "no awq2_set member: not 1", lambda d: d.pop("awq2_set"),
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_kind_absent", "no kind member: neither \"split\" nor \"rank\"",
+            lambda d: d.pop("kind"), code="SET_UNSUPPORTED", reqs=("SET-3",)),
         bad("n_set_version_before_files", "awq2_set 2 and no files: the version is checked "
             "before any other member", _version_2_without_files,
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
