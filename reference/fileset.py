@@ -58,28 +58,45 @@ class FileSet:
     ``with``) when done."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        validate: bool = False,
+        copy: bool = False,
+        rank: int | None = None,
     ) -> None:
         given = Path(path)
         self.manifest_path = given / SET_MANIFEST if given.is_dir() else given
         self.path = self.manifest_path.parent
         self.manifest: Manifest = read_manifest(self.manifest_path)  # [SET-2..SET-4]
         self._readers: list[Reader] = []
+        self.only_rank: int | None = None
         try:
-            for member in self.manifest.members:  # [SET-5], in manifest order
+            groups = self.manifest.ranks()
+            # The one rank whose members are open (an engine's worker), or None: all of them.
+            self.only_rank = rank if self.kind == "rank" else None
+            if self.only_rank is not None and not 0 <= self.only_rank < (self.tp_size or 1):
+                raise ValueError(f"rank {rank} of a set of {self.tp_size} rank(s)")
+            self._members = [m for m in self.manifest.members  # [SET-5], in manifest order
+                             if self.only_rank is None or m.rank == self.only_rank]  # fmt: skip
+            for member in self._members:
                 self._readers.append(self._open_member(member, copy=copy))
-            by_name = dict(zip((m.name for m in self.manifest.members), self._readers, strict=True))
-            self._ranks = [[by_name[m.name] for m in group] for group in self.manifest.ranks()]
-            for rank, group in enumerate(self._ranks):
+            by_name = dict(zip((m.name for m in self._members), self._readers, strict=True))
+            for index, group in enumerate(groups):
                 if not group:
-                    raise error("SET_RANK_MISSING", f"rank {rank} of {self.tp_size} has no file",
+                    raise error("SET_RANK_MISSING", f"rank {index} of {self.tp_size} has no file",
                                 expected=f"a file for every rank 0..{self.tp_size - 1}",
                                 found="none", path=str(self.manifest_path))  # fmt: skip
+            self._ranks = [[by_name[m.name] for m in group] if self._is_open(index) else []
+                           for index, group in enumerate(groups)]  # fmt: skip
             if validate:
                 self.validate()
         except BaseException:
             self.close()
             raise
+
+    def _is_open(self, rank: int) -> bool:
+        return self.only_rank is None or rank == self.only_rank
 
     def _open_member(self, member: Member, *, copy: bool) -> Reader:
         path = self.path / member.name
@@ -128,6 +145,8 @@ class FileSet:
         """The members of ``rank`` (of a split set: every member, ``rank`` 0)."""
         if not 0 <= rank < len(self._ranks):
             raise ValueError(f"rank {rank} of a set of {len(self._ranks)} rank(s)")
+        if self.only_rank is not None and rank != self.only_rank:
+            raise ValueError(f"rank {rank}: only rank {self.only_rank}'s members were opened")
         return list(self._ranks[rank])
 
     def _find(self, name: str, rank: int) -> Reader | None:
@@ -146,10 +165,10 @@ class FileSet:
     # ------------------------------------------------------------------ the Reader API
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self._ranks[0])
+        return sum(len(r) for r in self._ranks[self.only_rank or 0])
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._find(name, 0) is not None
+        return isinstance(name, str) and self._find(name, self.only_rank or 0) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -286,8 +305,9 @@ class FileSet:
                                     found="both", path=str(reader.path))  # fmt: skip
 
     def _check_ranks(self) -> None:
-        """Every rank holds rank 0's names with the same fields [SET-7]."""
-        if self.kind != "rank":
+        """Every rank holds rank 0's names with the same fields [SET-7] (when every rank is
+        open: a set opened for one rank checks that rank's members only)."""
+        if self.kind != "rank" or self.only_rank is not None:
             return
         first = {e.name: _fields(e) for e in self.entries(rank=0)}
         for rank in range(1, self.tp_size):
@@ -306,7 +326,7 @@ class FileSet:
     def verify(self) -> None:
         """``validate()``, then every member's payload checksums and SHA-256 [SET-8]."""
         self.validate()
-        for member, reader in zip(self.manifest.members, self._readers, strict=True):
+        for member, reader in zip(self._members, self._readers, strict=True):
             with _in_member(reader.path):
                 reader.verify()
             digest = sha256_file(reader)

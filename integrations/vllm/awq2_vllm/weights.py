@@ -1,0 +1,88 @@
+"""Where a served model's weights are, and what one engine worker opens of them.
+
+A model folder that ``convert`` writes holds its weights in one of three forms, all served:
+
+* ``model.awq2``: one file (``convert SRC DST/``) [CONV-1];
+* ``model.awq2.set.json`` of ``kind: "split"``: members split by size
+  (``convert SRC DST/ --max-shard-size``) [SET-1];
+* ``model.awq2.set.json`` of ``kind: "rank"``: one group of members per tensor-parallel rank,
+  each holding that rank's shard already cut (``convert SRC DST/ --tp T``) [SET-7].
+
+:func:`find_weights` says which (refusing a folder with neither, ``NO_WEIGHTS``), and
+:func:`open_weights` opens what the worker of tensor-parallel rank ``r`` of ``T`` reads: the
+file, every member of a split set, or only rank ``r``'s members of a rank set (whose
+``tp_size`` must be ``T``: ``TP_MISMATCH``, naming both numbers).  Opening reads each opened
+member's header and trailer; no payload is read until a tensor is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awq2_vllm.errors import PluginError
+from reference.fileset import FileSet
+from reference.reader import Reader
+from reference.setmanifest import read_manifest
+from spec.constants import SET_MANIFEST
+
+WEIGHT_FILE = "model.awq2"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What a model folder holds: ``kind`` is ``"file"``, ``"split"`` or ``"rank"``;
+    ``tp_size`` is a rank set's degree (1 otherwise)."""
+
+    path: Path
+    kind: str
+    tp_size: int = 1
+
+
+def find_weights(model: str | os.PathLike[str]) -> Weights:
+    """The weights of ``model`` (a folder, a ``.awq2`` file or a set manifest)."""
+    p = Path(model)
+    if p.is_file():
+        if p.name.endswith(".json"):
+            return _set(p)
+        return Weights(p, "file")
+    if (p / SET_MANIFEST).is_file():
+        return _set(p / SET_MANIFEST)
+    if (p / WEIGHT_FILE).is_file():
+        return Weights(p / WEIGHT_FILE, "file")
+    raise PluginError("NO_WEIGHTS", str(p), f"{WEIGHT_FILE} or {SET_MANIFEST} in the folder",
+                      "neither")  # fmt: skip
+
+
+def _set(manifest: Path) -> Weights:
+    m = read_manifest(manifest)  # a bad manifest: the reader's own FormatError [SET-2..SET-4]
+    return Weights(manifest, m.kind, m.tp_size or 1)
+
+
+def check_tp(weights: Weights, tp_size: int) -> None:
+    """A rank set is served only at the degree it was cut for."""
+    if weights.kind == "rank" and weights.tp_size != tp_size:
+        raise PluginError("TP_MISMATCH", str(weights.path.parent),
+                          f"a rank set cut for vLLM's tensor_parallel_size {tp_size}",
+                          f"a rank set cut for tp_size {weights.tp_size} (convert SRC DST/ "
+                          f"--tp {tp_size}, or serve it with -tp {weights.tp_size})")  # fmt: skip
+
+
+def open_weights(weights: Weights, tp_rank: int, tp_size: int) -> Any:
+    """A reader for the worker of rank ``tp_rank`` of ``tp_size``: a
+    :class:`~reference.reader.Reader` or a :class:`~reference.fileset.FileSet` (of a rank set:
+    this rank's members only), with the full validation of what it opened."""
+    check_tp(weights, tp_size)
+    if weights.kind == "file":
+        return Reader(weights.path, validate=True)
+    rank = tp_rank if weights.kind == "rank" else None
+    return FileSet(weights.path, validate=True, rank=rank)
+
+
+def opened_files(reader: Any) -> list[Reader]:
+    """The member readers ``reader`` holds open (itself, for one file)."""
+    if isinstance(reader, FileSet):
+        return [r for r in reader.members]
+    return [reader]

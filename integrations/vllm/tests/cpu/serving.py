@@ -1,0 +1,74 @@
+"""What the CPU-build tests share: the real checkpoints, ``convert``, ``generate.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+#: The checkout (ci.sh runs these tests from a copy outside it, against the installed wheels).
+CHECKOUT = Path(os.environ.get("AWQ2_CHECKOUT") or HERE.parents[3])
+FIXTURES = CHECKOUT / "tests" / "fixtures" / "real"
+#: fixture -> what it stands for
+REAL = {
+    "autoawq_gemm_g128": "AutoAWQ GEMM, asymmetric, group 128, fp16",
+    "ct_awq_w4a16_asym_g128": "llm-compressor AWQ, asymmetric, group 128, bf16 checkpoint",
+    "ct_w4a16_sym_g128": "llm-compressor W4A16, symmetric, group 128, fp16",
+    "ct_w4a16_asym_g64": "llm-compressor RTN, asymmetric, group 64, bf16 checkpoint",
+}
+#: What the checkpoint folder needs besides the weights (the fixtures also keep the
+#: libraries' own dequantisation in expected.safetensors, which vLLM would read as weights).
+KEEP = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json")  # fmt: skip
+
+
+def checkpoint(name: str, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for f in KEEP:
+        if (FIXTURES / name / f).exists():
+            shutil.copy(FIXTURES / name / f, dest / f)
+    return dest
+
+
+def convert(src: Path, dst: Path, *extra: str) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "reference.convert", str(src), f"{dst}/", "--quiet",
+                    *extra], check=True)  # fmt: skip
+    return dst
+
+
+def generate(jobs: list[dict], tmp: Path, env: dict[str, str] | None = None) -> dict:
+    (tmp / "jobs.json").write_text(json.dumps(jobs))
+    out = tmp / "out.json"
+    run_env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}
+    done = subprocess.run([sys.executable, str(HERE / "generate.py"), str(tmp / "jobs.json"),
+                           str(out)], env=run_env, timeout=900, capture_output=True,
+                          text=True)  # fmt: skip
+    log = done.stdout + done.stderr
+    (tmp / "generate.log").write_text(log)
+    assert done.returncode == 0, log[-6000:]
+    return {"results": json.loads(out.read_text()), "log": log}
+
+
+def make_runs(tmp: Path) -> dict:
+    """The TP 1 runs: each real checkpoint through the stock path and through awq_v2, and a
+    size-split set of one, in one vLLM process."""
+    jobs, served_folders = [], {}
+    for name in REAL:
+        src = checkpoint(name, tmp / "src" / name)
+        served = convert(src, tmp / "awq2" / name)
+        served_folders[name] = str(served)
+        jobs.append({"name": f"{name}/stock", "model": str(src), "quantization": None})
+        jobs.append({"name": f"{name}/awq_v2", "model": str(served), "quantization": "awq_v2"})
+    src = tmp / "src" / "autoawq_gemm_g128"
+    split = convert(src, tmp / "split", "--max-shard-size", "200KB")
+    jobs.append({"name": "autoawq_gemm_g128/awq_v2 split", "model": str(split),
+                 "quantization": "awq_v2"})  # fmt: skip
+    got = generate(jobs, tmp)
+    got["split"] = split
+    got["served"] = served_folders
+    return got
