@@ -1,104 +1,150 @@
-"""GPU check: vLLM's stock AWQ path against the awq_v2 plugin, on one model.
+"""GPU check: vLLM 0.33 (CUDA) serving AWQ-v2 against its own stock path, file to tokens.
 
-    python integrations/vllm/gpu_check.py V1_FOLDER SERVED_FOLDER [--prompts N] [--tokens T]
+    python integrations/vllm/gpu_check.py [--work DIR] [--skip-1b]
 
-V1_FOLDER is an AutoAWQ checkpoint; SERVED_FOLDER is ``python -m reference.convert V1_FOLDER
-SERVED_FOLDER/``.  Each is loaded by ``vllm.LLM`` in its own subprocess (two engines do not
-share one GPU well): the stock path with ``quantization="awq"`` (vLLM 0.33 routes it to
-``AutoAWQConfig`` -> ``MarlinLinearKernel``), the plugin with ``quantization="awq_v2",
-load_format="awq_v2"``.  It prints, for each: the load time (``LLM(...)`` construction), the
-seconds spent in ``process_weights_after_loading`` (vLLM's
-``model_executor/model_loader/utils.py`` function, timed by wrapping it), greedy outputs on a
-few prompts and their top-20 logprobs; then whether the token ids are identical and the
-largest logprob difference.
+Run from the repository root, in an environment with vLLM 0.33.0 (the CUDA build), this
+project and the plugin installed (``pip install -e . -e integrations/vllm``), on a machine with
+at least one CUDA GPU (two for the TP 2 cases).  It needs no network: the checkpoints are the
+committed real fixtures (``tests/fixtures/real``: AutoAWQ and llm-compressor, asymmetric and
+symmetric) and synthetic Llamas written by ``reference.examples``.
 
-NOT RUN: this project's machines and CI have no GPU, so this script has never been executed;
-the GPU path (the Marlin GEMM on the plugin's parameters, the pinned-memory copies) is not
-measured.  The CPU tests in tests/ prove the parameters equal vLLM's bit for bit.
+For every case it converts the checkpoint with ``convert`` (a single file, a size-split set, a
+``--tp 2`` rank set) and runs, each in its own process (``tests/cpu/generate.py``, the runner
+of the CPU tests): vLLM's stock path on the original checkpoint (``awq`` or
+``compressed-tensors``: ``MarlinLinearKernel``, which repacks every layer on the GPU) and the
+plugin on the converted folder (``awq_v2``: the Marlin GEMM on the stored tiles, no repack).
+It prints one row per case: tokens equal (16 greedy tokens, 2 prompts), the largest logprob
+difference, whether every parameter of the loaded model is the same bytes (TP 1), and the
+``LLM(...)`` construction time of both; then the 1B-shaped synthetic model's load times side
+by side (the repack saving on a GPU).  Exit status 1 if any case's tokens differ.
+
+NOT RUN: the machines this project has run on have no GPU; this script has never been
+executed.  On the CPU, ``tests/cpu`` prove the same comparisons through vLLM's CPU build (where
+the plugin feeds the CPU kernel), and ``tests/marlin`` prove the Marlin path's parameters equal
+vLLM 0.33's bit for bit at TP 1 and 2; the Marlin GEMM on them, the pinned copies and the GPU
+load times are what this script is for.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "In 1905, Albert Einstein",
-    "A haiku about the sea:",
-]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "real"
+GENERATE = HERE / "tests" / "cpu" / "generate.py"
+REAL = ("autoawq_gemm_g128", "ct_awq_w4a16_asym_g128", "ct_w4a16_sym_g128", "ct_w4a16_asym_g64")
+KEEP = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+        "tokenizer_config.json")  # fmt: skip
 
 
-def run_one(model: str, plugin: bool, prompts: list[str], tokens: int) -> dict:
-    import vllm.model_executor.model_loader.base_loader as base_loader
-    from vllm import LLM, SamplingParams
+def convert(src: Path, dst: Path, *extra: str) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "reference.convert", str(src), f"{dst}/", "--quiet",
+                    *extra], check=True)  # fmt: skip
+    return dst
 
-    spent = [0.0]
-    real = base_loader.process_weights_after_loading
 
-    def timed(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            spent[0] += time.perf_counter() - t
+def generate(jobs: list[dict], work: Path, tag: str) -> dict:
+    """Each job in a process of its own (two engines do not share one GPU well)."""
+    results = {}
+    for job in jobs:
+        spec, out = work / f"{tag}-{len(results)}.json", work / f"{tag}-{len(results)}.out"
+        spec.write_text(json.dumps([job]))
+        done = subprocess.run([sys.executable, str(GENERATE), str(spec), str(out)],
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            print(f"{job['name']}: failed\n{done.stderr[-3000:]}")
+            results[job["name"]] = None
+            continue
+        results.update(json.loads(out.read_text()))
+    return results
 
-    base_loader.process_weights_after_loading = timed
-    kwargs = (
-        dict(quantization="awq_v2", load_format="awq_v2") if plugin else dict(quantization="awq")
-    )
-    t0 = time.perf_counter()
-    llm = LLM(model=model, dtype="float16", enforce_eager=True, tensor_parallel_size=1, **kwargs)
-    load = time.perf_counter() - t0
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, logprobs=20)
-    outs = llm.generate(prompts, params)
-    return {
-        "load_s": load,
-        "process_weights_after_loading_s": spent[0],
-        "tokens": [list(o.outputs[0].token_ids) for o in outs],
-        "text": [o.outputs[0].text for o in outs],
-        "logprobs": [
-            [{str(k): v.logprob for k, v in step.items()} for step in o.outputs[0].logprobs]
-            for o in outs
-        ],
-    }
+
+def compare(name: str, stock: dict | None, ours: dict | None, tp: int) -> bool:
+    if stock is None or ours is None:
+        print(f"  {name:<44} TP {tp}  did not run")
+        return False
+    same = ours["tokens"] == stock["tokens"]
+    diff = max((abs(a - b) for pa, pb in zip(stock["logprobs"], ours["logprobs"], strict=True)
+                for a, b in zip(pa, pb, strict=False)), default=0.0)  # fmt: skip
+    tensors = "-" if stock["tensors"] is None else str(_same_tensors(stock, ours))
+    print(f"  {name:<44} TP {tp}  tokens equal {same!s:<5}  max logprob diff {diff:<9.3g} "
+          f"same bytes {tensors:<5}  LLM() stock {stock['llm_s']:.1f} s, awq_v2 "
+          f"{ours['llm_s']:.1f} s")  # fmt: skip
+    return same
+
+
+def _same_tensors(stock: dict, ours: dict) -> bool:
+    a = {k: v for k, v in stock["tensors"].items() if not k.endswith("/weight_shape")}
+    return a == ours["tensors"]
+
+
+def checkpoint(name: str, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in KEEP:
+        if (FIXTURES / name / f).exists():
+            shutil.copy(FIXTURES / name / f, dest / f)
+    return dest
 
 
 def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from reference.examples import LlamaShape, write_checkpoint
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("v1")
-    p.add_argument("served")
-    p.add_argument("--tokens", type=int, default=32)
-    p.add_argument("--one", choices=["stock", "plugin"], help=argparse.SUPPRESS)
+    p.add_argument("--work", type=Path, help="work folder (default: a temporary one)")
+    p.add_argument("--skip-1b", action="store_true", help="leave out the 1B load times")
     args = p.parse_args(argv)
-    if args.one:
-        model = args.served if args.one == "plugin" else args.v1
-        print(json.dumps(run_one(model, args.one == "plugin", PROMPTS, args.tokens)))
-        return 0
-    results = {}
-    for which in ("stock", "plugin"):
-        cmd = [sys.executable, __file__, args.v1, args.served, "--tokens", str(args.tokens),
-               "--one", which]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        results[which] = json.loads(done.stdout.strip().splitlines()[-1])
-        r = results[which]
-        print(f"{which:>6}: load {r['load_s']:.2f} s, process_weights_after_loading "
-              f"{r['process_weights_after_loading_s']:.3f} s")  # fmt: skip
-    same = results["stock"]["tokens"] == results["plugin"]["tokens"]
-    worst = 0.0
-    for a, b in zip(results["stock"]["logprobs"], results["plugin"]["logprobs"], strict=True):
-        for sa, sb in zip(a, b, strict=False):
-            for tok in set(sa) & set(sb):
-                worst = max(worst, abs(sa[tok] - sb[tok]))
-    for prompt, text in zip(PROMPTS, results["plugin"]["text"], strict=True):
-        print(f"{prompt!r} -> {text!r}")
-    print(f"greedy tokens identical: {same}; largest logprob difference: {worst:.3g}")
-    return 0 if same else 1
+    gpus = torch.cuda.device_count()
+    if gpus == 0:
+        print("no CUDA GPU: this check is for a GPU machine (tests/cpu covers the CPU build)")
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="awq2-gpu-check-"))
+    ok = True
+    print(f"vLLM on {gpus} GPU(s): {torch.cuda.get_device_name(0)}")
+    print("cases (stock path on the original checkpoint against awq_v2 on the converted one):")
+    for name in REAL:
+        src = checkpoint(name, work / "src" / name)
+        served = convert(src, work / "awq2" / name)
+        split = convert(src, work / "split" / name, "--max-shard-size", "200KB")
+        got = generate([{"name": "stock", "model": str(src), "quantization": None},
+                        {"name": "file", "model": str(served), "quantization": "awq_v2"},
+                        {"name": "split", "model": str(split), "quantization": "awq_v2"}],
+                       work, name)  # fmt: skip
+        ok &= compare(f"{name} (file)", got.get("stock"), got.get("file"), 1)
+        ok &= compare(f"{name} (split set)", got.get("stock"), got.get("split"), 1)
+    example = write_checkpoint(work / "src" / "example", LlamaShape())
+    ranked = convert(example, work / "tp2" / "example", "--tp", "2")
+    single = convert(example, work / "awq2" / "example")
+    if gpus >= 2:
+        got = generate([{"name": "stock", "model": str(example), "quantization": None, "tp": 2},
+                        {"name": "rank", "model": str(ranked), "quantization": "awq_v2", "tp": 2},
+                        {"name": "file", "model": str(single), "quantization": "awq_v2",
+                         "tp": 2}], work, "tp2")  # fmt: skip
+        ok &= compare("example Llama (rank set)", got.get("stock"), got.get("rank"), 2)
+        ok &= compare("example Llama (file, cut per rank)", got.get("stock"), got.get("file"), 2)
+    else:
+        print(f"  TP 2 cases: need 2 GPUs, found {gpus}: not run")
+    if not args.skip_1b:
+        big = write_checkpoint(work / "src" / "1b", LlamaShape(2048, 5632, 22, 32, 4, 32000))
+        big_served = convert(big, work / "awq2" / "1b")
+        got = generate([{"name": "stock", "model": str(big), "quantization": None},
+                        {"name": "awq_v2", "model": str(big_served), "quantization": "awq_v2"}],
+                       work, "1b")  # fmt: skip
+        ok &= compare("1B-shaped synthetic Llama (file)", got.get("stock"), got.get("awq_v2"), 1)
+    print(f"work folder: {work}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     raise SystemExit(main())

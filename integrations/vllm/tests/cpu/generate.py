@@ -7,9 +7,10 @@ the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2 run starts vLLM's two 
 Each generates 16 tokens greedily for two prompts given as token ids, with the logprob of
 every chosen token; a TP 1 run also reports every parameter of the loaded model as dtype,
 shape and SHA-256 of its bytes (``LLM.apply_model``), so that what the kernels hold can be
-compared, not only what they produce.  OUT gets ``{name: {"tokens", "logprobs",
-"tensors", "seconds"}}``.  The ``if __name__ == "__main__"`` guard is vLLM's requirement for
-scripts that may start worker processes.
+compared, not only what they produce.  OUT gets ``{name: {"model", "tokens", "logprobs",
+"tensors", "llm_s", "seconds"}}`` (``llm_s``: the ``LLM(...)`` construction alone).
+``gpu_check.py`` runs the same jobs on a GPU.  The ``if __name__ == "__main__"`` guard is
+vLLM's requirement for scripts that may start worker processes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import time
 from typing import Any
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 PROMPTS = [[1, 5, 9, 33, 17, 2], [1, 77, 3]]
 MAX_TOKENS = 16
@@ -45,7 +45,7 @@ def digest(model: Any) -> dict[str, list[Any]]:
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             role = ROLES.get(name, name)
-            data = param.detach().contiguous()
+            data = param.detach().cpu().contiguous()
             raw = data.view(torch.uint8) if data.numel() else data
             sha = hashlib.sha256(raw.numpy().tobytes()).hexdigest()
             out[f"{module_name}/{role}"] = [str(data.dtype), list(data.shape), sha]
@@ -64,6 +64,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype="float16", enforce_eager=True,
               max_model_len=128, tensor_parallel_size=job.get("tp", 1), seed=0,
               **extra)  # fmt: skip
+    llm_s = time.perf_counter() - started
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=0)
     outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
     tokens, logprobs = [], []
@@ -78,6 +79,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     gc.collect()
     return {
         "model": job["model"],
+        "llm_s": llm_s,
         "tokens": tokens,
         "logprobs": logprobs,
         "tensors": tensors,

