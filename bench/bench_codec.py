@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reference import codec
+from reference.quant import codec
 
 
 def best_ms(fn: Callable[[], object], repeat: int) -> float:

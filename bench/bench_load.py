@@ -84,8 +84,8 @@ except ImportError as exc:
 import reference
 from reference.convert import convert, default_jobs
 from reference.examples import LlamaShape, write_checkpoint
-from reference.layers import PARTS
-from reference.v1 import read_safetensors_header
+from reference.format.layers import PARTS
+from reference.sources.v1 import read_safetensors_header
 from spec.algorithms import crc32c
 
 SHAPES = {

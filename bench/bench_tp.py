@@ -59,9 +59,9 @@ from bench_load import (
 import reference
 from reference.convert import convert, convert_folder
 from reference.examples import write_checkpoint
-from reference.layers import LinearLayer
-from reference.reader import Reader
-from reference.tpsplit import cut_dense, cut_layer, plan_for
+from reference.format.layers import LinearLayer
+from reference.format.reader import Reader
+from reference.sets.tpsplit import cut_dense, cut_layer, plan_for
 
 TARGET_BYTES = 1.00  # (iii) bytes / ideal, apart from rounding each tensor to 4 KiB
 TARGET_TIME = 1.15  # (iii) / (s)
@@ -74,7 +74,7 @@ REPERMUTED: set[str] = set()
 
 def share_views(reader: Reader, tp_size: int, rank: int) -> Iterator[tuple[str, np.ndarray]]:
     """Rank ``rank``'s part of every tensor of the single file, as views into its memory map,
-    cut as the rank-set writer cuts them (:mod:`reference.tpsplit`)."""
+    cut as the rank-set writer cuts them (:mod:`reference.sets.tpsplit`)."""
     split = plan_for(reader.metadata.get("config", {}), tp_size)
     layers = set(reader.layers())
     for prefix in sorted(layers):

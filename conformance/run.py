@@ -20,9 +20,9 @@ vector when rejected with the expected code (a reject without a code passes with
 note); an ``i_`` vector when accepted with the expected content or rejected with one
 of its listed codes.  Without ``--loader`` the reference implementation is checked.
 The runner judges by the manifest and the vectors alone: from the reference implementation it
-imports only ``reference.text``, the project's one escaping function, through which everything
-it prints that comes from a loader or a file passes (loader output, error codes and details,
-vector names).
+imports only ``reference.ground.text``, the project's one escaping function, through which
+everything it prints that comes from a loader or a file passes (loader output, error codes and
+details, vector names).
 
 Each loader invocation runs in a session (process group) of its own, with stdin closed, on a
 private read-only copy of the vector in a temporary folder of its loader.  The verdict comes
@@ -78,7 +78,7 @@ from conformance import archive, exactjson
 from conformance import suite as suite_module
 from conformance.archive import ArchiveError
 from conformance.suite import Suite, SuiteError
-from reference.text import escape
+from reference.ground.text import escape
 
 HERE = Path(__file__).resolve().parent
 REFERENCE_LOADER = f"{shlex.quote(sys.executable)} -m conformance.adapters.reference {{file}}"
@@ -572,7 +572,7 @@ def _make_writable(top: Path) -> None:
 
 # ------------------------------------------------------------------------------ reporting
 # Vector ids, requirement ids, error codes and details come from files and loaders: every one
-# is printed through escape() (reference.text), and written to the JUnit XML the same way, so
+# is printed through escape() (reference.ground.text), and written to the JUnit XML the same way, so
 # that no control character reaches a terminal or makes the XML invalid.
 
 

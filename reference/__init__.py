@@ -11,7 +11,9 @@ this package cites requirement ids (``[HDR-4]``) instead of restating rules.
 
 from importlib import metadata as _metadata
 
-from reference.errors import (
+from reference.format.reader import Reader
+from reference.format.rules import TensorInfo
+from reference.ground.errors import (
     ChecksumError,
     EntryError,
     FormatError,
@@ -28,11 +30,9 @@ from reference.errors import (
     TruncatedError,
     VersionError,
 )
-from reference.fileset import FileSet
 from reference.opener import open  # noqa: A004  (reference.open, like io.open)
-from reference.reader import Reader
-from reference.rules import TensorInfo
-from reference.writer import Writer, WriterStateError, save
+from reference.sets.fileset import FileSet
+from reference.write.writer import Writer, WriterStateError, save
 
 try:
     __version__ = _metadata.version("awq-v2")  # one source: pyproject.toml

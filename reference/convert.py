@@ -22,7 +22,7 @@ beside it.  The conversion:
 
 DST ending with ``/``, or an existing empty folder, makes a servable model folder instead:
 ``model.awq2``, ``config.json`` with ``quant_method: "awq_v2"``, and the source's other files
-(:mod:`reference.folder`), published by one rename [CONV-1, CONV-2].  Any other DST is the
+(:mod:`reference.sets.folder`), published by one rename [CONV-1, CONV-2].  Any other DST is the
 ``.awq2`` file to write.
 
 Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
@@ -48,19 +48,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reference import __version__, folder, scratch
-from reference.errors import FormatError, error
-from reference.files import open_regular
-from reference.layers import PARTS, StoredTensor, encode_linear
-from reference.legacy import Checkpoint, open_checkpoint
+from reference import __version__
+from reference.format.layers import PARTS, StoredTensor, encode_linear
+from reference.format.reader import Reader
+from reference.ground import scratch
+from reference.ground.errors import FormatError, error
+from reference.ground.files import open_regular
+from reference.ground.parallel import available_cores
+from reference.ground.text import escape
 from reference.opener import open as open_any
-from reference.parallel import available_cores
-from reference.partial import NAME_MAX, stale_partials
-from reference.reader import Reader
-from reference.setwriter import RankSetWriter, SetWriter, parse_size
-from reference.text import escape
-from reference.tpsplit import Cut, SplitPlan, plan_for, read_rules, split_stored
-from reference.writer import Writer, encode_metadata
+from reference.sets import folder
+from reference.sets.setwriter import RankSetWriter, SetWriter, parse_size
+from reference.sets.tpsplit import Cut, SplitPlan, plan_for, read_rules, split_stored
+from reference.sources.legacy import Checkpoint, open_checkpoint
+from reference.write.partial import NAME_MAX, stale_partials
+from reference.write.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
 from spec.constants import ALIGNMENT, MAGIC, MAX_NAME_LENGTH, SET_MANIFEST, SLAB_OFFSET
 from spec.geometry import index_geometry
@@ -218,7 +220,7 @@ def _stored_shape(src: Checkpoint, name: str, family: str) -> tuple[int, ...]:
 
 
 def default_jobs() -> int:
-    """The cores this process may use (:func:`reference.parallel.available_cores`)."""
+    """The cores this process may use (:func:`reference.ground.parallel.available_cores`)."""
     return available_cores()
 
 
@@ -238,8 +240,8 @@ def convert(
     ``jobs`` threads (default :func:`default_jobs`) read and repack layers; the file is
     written in plan order, so the bytes do not depend on ``jobs`` [CONV-3].  With
     ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
-    at that size (:mod:`reference.setwriter`) [SET-10]; with ``tp_size``, a rank set cut by
-    :mod:`reference.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11]."""
+    at that size (:mod:`reference.sets.setwriter`) [SET-10]; with ``tp_size``, a rank set cut by
+    :mod:`reference.sets.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11]."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -304,7 +306,7 @@ def convert_folder(
     tp_size: int | None = None,
     tp_rules: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
-    """Convert a checkpoint folder to a servable model folder (:mod:`reference.folder`):
+    """Convert a checkpoint folder to a servable model folder (:mod:`reference.sets.folder`):
     ``model.awq2`` (or, with ``max_shard_size``, a set of members no larger than that and
     its manifest [SET-10]; with ``tp_size``, a rank set [SET-11]), ``config.json`` naming
     ``awq_v2``, and the source's other files, all published at once [CONV-1, CONV-2, SET-9].
@@ -411,7 +413,7 @@ def _prepared(
         with scratch.reusing():
             yield from (prepare(src, step) for step in steps)
         return
-    # Each thread reuses its temporaries from one layer to the next (reference.scratch).
+    # Each thread reuses its temporaries from one layer to the next (reference.ground.scratch).
     with ThreadPoolExecutor(jobs, thread_name_prefix="convert", initializer=scratch.keep) as pool:
         window: deque[Future[_Prepared]] = deque()
         try:
@@ -569,7 +571,7 @@ def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tupl
     """What is wrong with SRC and DST before anything is read or written: ``(exit status,
     message)``, or None.  A missing or unreadable SRC is an I/O error; a DST file that is a
     folder, would replace a file of the source, or has a name too long to write, and a DST
-    folder that :func:`reference.folder.check_folder_paths` refuses, are usage errors."""
+    folder that :func:`reference.sets.folder.check_folder_paths` refuses, are usage errors."""
     if not src.exists():
         return EXIT_IO, f"cannot read {escape(str(src))}: no such file or folder"
     if not src.is_dir():

@@ -30,15 +30,15 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.errors import FormatError, TensorNotFoundError
-from reference.files import open_regular
-from reference.fileset import FileSet, is_set_path
-from reference.folder import MODEL_FILE
-from reference.legacy import Checkpoint, open_checkpoint
-from reference.reader import Reader
-from reference.source import TensorSource
-from reference.text import escape
-from reference.v1 import is_safetensors
+from reference.format.reader import Reader
+from reference.format.source import TensorSource
+from reference.ground.errors import FormatError, TensorNotFoundError
+from reference.ground.files import open_regular
+from reference.ground.text import escape
+from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.folder import MODEL_FILE
+from reference.sources.legacy import Checkpoint, open_checkpoint
+from reference.sources.v1 import is_safetensors
 from spec.constants import MAGIC
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 

@@ -3,7 +3,7 @@
 ``python -m reference.examples OUT [--shards N] [--layers L] [--hidden H] ...`` writes a
 folder exactly as AutoAWQ's ``save_quantized`` lays out a Llama checkpoint: tensor names
 (``model.layers.N.self_attn.q_proj.qweight`` ...), dtypes (int32 ``qweight``/``qzeros``,
-fp16 ``scales`` and unquantised weights), GEMM packing (:func:`reference.codec.awq_pack`),
+fp16 ``scales`` and unquantised weights), GEMM packing (:func:`reference.quant.codec.awq_pack`),
 ``config.json`` with ``quantization_config``, and, with ``--shards``, the
 ``model-0000i-of-0000N.safetensors`` files plus ``model.safetensors.index.json``.
 The random codes come from ``numpy.random.default_rng(seed)``, so the bytes are
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from reference import codec
+from reference.quant import codec
 
 LINEARS = (
     ("self_attn", "q_proj", "hidden", "q"),

@@ -1,8 +1,8 @@
 """``reference.open``: one entry point for everything this package reads.
 
-An AWQ-v2 file (:class:`~reference.reader.Reader`), a file set
-(:class:`~reference.fileset.FileSet`), a model folder holding ``model.awq2``, or an AWQ v1 or
-compressed-tensors checkpoint (:mod:`reference.legacy`), each through the same API.
+An AWQ-v2 file (:class:`~reference.format.reader.Reader`), a file set
+(:class:`~reference.sets.fileset.FileSet`), a model folder holding ``model.awq2``, or an AWQ v1 or
+compressed-tensors checkpoint (:mod:`reference.sources.legacy`), each through the same API.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reference.checkpoint import is_safetensors
-from reference.files import open_regular
-from reference.fileset import FileSet, is_set_path
-from reference.folder import MODEL_FILE
-from reference.legacy import Checkpoint, open_checkpoint
-from reference.reader import Reader
+from reference.format.reader import Reader
+from reference.ground.files import open_regular
+from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.folder import MODEL_FILE
+from reference.sources.checkpoint import is_safetensors
+from reference.sources.legacy import Checkpoint, open_checkpoint
 from spec.constants import MAGIC
 
 

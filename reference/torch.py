@@ -12,7 +12,7 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
   has the same meaning here: on the CPU, ``"mmap"`` tensors are views of one private
   (copy-on-write) map of the file, read when touched (safetensors' Rust binding makes them
   with ``torch.UntypedStorage.from_file(..., shared=False)``), and ``"pread"`` reads every
-  byte up front (:meth:`~reference.reader.Reader.read_many_into`).  Before returning
+  byte up front (:meth:`~reference.format.reader.Reader.read_many_into`).  Before returning
   anything it checks its header, no more (``Metadata::validate`` in
   ``safetensors/src/tensor.rs``): every tensor's offsets follow on from the one before, no
   gap and no overlap, and its byte length is its element count times its dtype's size.
@@ -63,13 +63,13 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from reference.dtypes import raw_bits
-from reference.layers import PARTS
-from reference.legacy import Checkpoint
-from reference.reader import Reader
-from reference.rules import TensorInfo
-from reference.validate import check_slab
-from reference.writer import Writer, dtype_name_of
+from reference.format.layers import PARTS
+from reference.format.reader import Reader
+from reference.format.rules import TensorInfo
+from reference.format.validate import check_slab
+from reference.quant.dtypes import raw_bits
+from reference.sources.legacy import Checkpoint
+from reference.write.writer import Writer, dtype_name_of
 
 #: Registry dtype -> torch dtype [ENT-4]; every registry dtype has one.
 TORCH_DTYPES: dict[str, torch.dtype] = {

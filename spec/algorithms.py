@@ -2,7 +2,7 @@
 
 Both are normative [CRC-1, IDX-7]; these scalar definitions are the ones the
 spec cites.  The reference implementation vectorises the hash over many names
-in :mod:`reference.hashing` and checks it against this one.
+in :mod:`reference.ground.hashing` and checks it against this one.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The quantisation facts AWQ-v2 relies on: AutoAWQ v1 packing and vLLM's Marlin tiling.
 
-Every number here is stated once; the codec (:mod:`reference.codec`), the per-entry rules
-(:mod:`reference.rules`), the registries and the generated codec tables import them.  The
+Every number here is stated once; the codec (:mod:`reference.quant.codec`), the per-entry rules
+(:mod:`reference.format.rules`), the registries and the generated codec tables import them.  The
 layouts themselves are specified in the codec chapter (``docs/spec/codec.md``) [LAY-5, LAY-8].
 """
 

@@ -1,5 +1,5 @@
 """Small compressed-tensors ``pack-quantized`` checkpoints, written for the tests from the
-library's documented layout, independently of ``reference.compressed``.
+library's documented layout, independently of ``reference.sources.compressed``.
 
 The layout, as compressed-tensors writes it (``compressors/pack_quantized/helpers.py:
 pack_to_int32`` and ``base.py: PackedQuantizationCompressor.compress``):

@@ -1,7 +1,7 @@
 """Slow, loop-by-loop Marlin reference written straight from the codec chapter's formulas (docs/spec/codec.md).
 
 Plain Python integers and loops, one code at a time, so that each line can be checked against
-the spec by eye. It shares nothing with ``reference/codec.py``; the tests compare the two.
+the spec by eye. It shares nothing with ``reference/quant/codec.py``; the tests compare the two.
 Inputs and outputs are nested lists of ints (words as unsigned 32-bit values).
 """
 

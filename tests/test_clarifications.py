@@ -21,7 +21,7 @@ import pytest
 
 import reference
 from conformance import run
-from reference.layers import encode_linear
+from reference.format.layers import encode_linear
 from spec.constants import MAGIC, SLAB_OFFSET
 from spec.schema import HEADER_FIELD_OFFSET
 from tools.vectors.generate import base_bytes

@@ -1,4 +1,4 @@
-"""Tests of reference/codec.py: round trips, the codec chapter's check value, a slow loop reference,
+"""Tests of reference/quant/codec.py: round trips, the codec chapter's check value, a slow loop reference,
 vLLM golden hashes, tensor-parallel shards and the error rules."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference import codec
-from reference.codec import CodecError
+from reference.quant import codec
+from reference.quant.codec import CodecError
 
 GOLDEN = Path(__file__).parent / "data" / "vllm_marlin_golden.json"
 GROUP_SIZES = (-1, 32, 64, 128)

@@ -1,5 +1,5 @@
 """Tests of tools/codec_tables.py: the codec chapter holds exactly the generator's output, and the
-generator's formulas agree with the reference codec (reference/codec.py) position by position."""
+generator's formulas agree with the reference codec (reference/quant/codec.py) position by position."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference import codec
+from reference.quant import codec
 from tools import codec_tables as ct
 
 CHAPTER = Path(__file__).resolve().parents[1] / "docs" / "spec" / "codec.md"

@@ -16,12 +16,12 @@ from ct_checkpoints import LAYERS, pack_rows, write_ct_checkpoint, write_safeten
 from safetensors import safe_open
 
 import reference
-from reference import codec
-from reference.compressed import CompressedReader
 from reference.convert import main as convert_main
 from reference.dump import main as dump_main
-from reference.source import TensorSource
-from reference.writer import PARTIAL_SUFFIX
+from reference.format.source import TensorSource
+from reference.quant import codec
+from reference.sources.compressed import CompressedReader
+from reference.write.writer import PARTIAL_SUFFIX
 
 MARLIN = {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"}
 ODD = "model.layers.0.mlp.odd_proj"

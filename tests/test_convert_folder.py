@@ -21,11 +21,11 @@ import pytest
 
 import reference
 from reference import convert as convert_module
-from reference import folder as folder_module
 from reference.convert import convert, convert_folder
 from reference.convert import main as convert_main
 from reference.examples import LlamaShape, write_checkpoint
-from reference.folder import servable_quantization_config
+from reference.sets import folder as folder_module
+from reference.sets.folder import servable_quantization_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real"
 #: fixture -> (group size, source_format), from what each fixture is (tests/fixtures/real/README.md)

@@ -211,7 +211,7 @@ def test_error_registry_cites_existing_requirements() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    sorted([*ROOT.glob("spec/*.py"), *ROOT.glob("reference/*.py"), *ROOT.glob("tools/**/*.py")]),
+    sorted([*ROOT.glob("spec/*.py"), *ROOT.glob("reference/**/*.py"), *ROOT.glob("tools/**/*.py")]),
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_code_cites_existing_requirements(path: Path) -> None:

@@ -21,9 +21,9 @@ import pytest
 from ct_checkpoints import write_ct_checkpoint
 
 import reference
-from reference.dtypes import numpy_dtype, raw_bits
 from reference.dump import main as dump_main
-from reference.layers import dequantize_layer, encode_linear
+from reference.format.layers import dequantize_layer, encode_linear
+from reference.quant.dtypes import numpy_dtype, raw_bits
 from spec.registry import DTYPES
 
 BF16_BITS = np.array([0x3F80, 0xC000, 0x0000, 0x8000], dtype=np.uint16)

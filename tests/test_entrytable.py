@@ -1,4 +1,4 @@
-"""The entry table checked at once (reference.entrytable, validate._entries_at_once) decides
+"""The entry table checked at once (reference.format.entrytable, validate._entries_at_once) decides
 exactly what the entry-by-entry walk decides: the same infos when the walk passes, None (so
 that the walk runs and raises) when it fails [RD-2, RD-4, ENT-*, IDX-6..8, NAME-*, LAY-1..6].
 
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import reference
-from reference import entrytable, validate
-from reference.entrytable import checked_infos
-from reference.errors import FormatError
-from reference.index import Index
+from reference.format import entrytable, validate
+from reference.format.entrytable import checked_infos
+from reference.format.index import Index
+from reference.ground.errors import FormatError
 from tools.fuzz.inputs import load_seeds, make_input
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 
 import reference
-from reference import setwriter as setwriter_module
 from reference.convert import convert_folder
 from reference.convert import main as convert_main
 from reference.dump import main as dump_main
-from reference.errors import FormatError
 from reference.examples import write_checkpoint
-from reference.fileset import FileSet
-from reference.index import Index
-from reference.setmanifest import parse_manifest, plain_member_name
-from reference.setwriter import parse_size, save_set
+from reference.format.index import Index
+from reference.ground.errors import FormatError
+from reference.sets import setwriter as setwriter_module
+from reference.sets.fileset import FileSet
+from reference.sets.setmanifest import parse_manifest, plain_member_name
+from reference.sets.setwriter import parse_size, save_set
 from spec.constants import MAX_METADATA_LENGTH, SET_MANIFEST
 
 LIMIT = 300_000  # bytes: several members for the example model (3.7 MB as one file)

@@ -30,7 +30,7 @@ import pytest
 
 import reference
 from reference.examples import write_checkpoint
-from reference.writer import PARTIAL_SUFFIX, stale_partials
+from reference.write.writer import PARTIAL_SUFFIX, stale_partials
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
 from spec.constants import (
     MAX_BUCKET_BITS,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import reference
-from reference import codec
+from reference.quant import codec
 from tools.vectors.surgery import FileEditor
 
 GROUPS = [-1, 32, 64, 128]

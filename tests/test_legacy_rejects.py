@@ -25,10 +25,10 @@ from ct_checkpoints import write_ct_checkpoint, write_safetensors
 from safetensors import safe_open
 
 import reference
-from reference.compressed import CompressedReader
 from reference.convert import main as convert_main
 from reference.dump import main as dump_main
-from reference.errors import TensorNotFoundError
+from reference.ground.errors import TensorNotFoundError
+from reference.sources.compressed import CompressedReader
 
 # ------------------------------------------------------------------------------ the bases
 

@@ -35,7 +35,7 @@ SUBSET = (
 
 LENIENT_JSON = """
 import json, sys
-import reference.metadata as metadata
+import reference.format.metadata as metadata
 from conformance.adapters import reference as adapter
 
 
@@ -57,7 +57,7 @@ print(json.dumps(doc))
 
 DOUBLE_SIZES = """
 import math, sys
-from reference import rules
+from reference.format import rules
 from conformance.adapters import reference as adapter
 
 rules.element_count = lambda shape: math.prod(float(d) for d in shape)  # binary64 at each step

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 import reference
-import reference.validate
-from reference import dump, rules
-from reference.errors import FormatError
-from reference.order import slab_order
-from reference.rules import check_layers
+import reference.format.validate
+from reference import dump
+from reference.format import rules
+from reference.format.order import slab_order
+from reference.format.rules import check_layers
+from reference.ground.errors import FormatError
 
 VECTORS = Path(__file__).resolve().parent.parent / "conformance" / "vectors"
 PARTS = ("qweight", "scales", "qzeros")
@@ -156,7 +157,7 @@ def test_dump_text_table_lists_every_tensor_in_slab_order(tmp_path):
     assert len(table) == len(infos) + 1 and table[0].startswith("offset")
     assert len({line.index("  ", line.index("0x")) for line in table[1:]}) == 1  # one width
     assert [line.rsplit("  ", 1)[-1] for line in table[1:]] == [
-        reference.text.escape(t.name) for t in infos
+        reference.ground.text.escape(t.name) for t in infos
     ]
 
 
@@ -231,7 +232,7 @@ def test_layer_check_reports_what_a_walk_over_every_entry_reports(tmp_path, monk
         path = tmp_path / f"l{trial}.awq2"
         random_layers(path, rng, monkeypatch)
         if collide:
-            monkeypatch.setattr(reference.validate, "_prefix_key", lambda prefix: 7)
+            monkeypatch.setattr(reference.format.validate, "_prefix_key", lambda prefix: 7)
         with reference.open(path) as f:
             walk = error_of(lambda: check_layers(f.index.infos(), f.index.geometry.entry_offset))
             assert error_of(f.validate) == walk, trial
@@ -252,7 +253,7 @@ def test_a_hash_collision_cannot_join_two_layers(tmp_path, monkeypatch):
         w.add("a.scales", np.zeros((1, 64), np.float16), layout="AWQ_SCALES", **fields)
         w.add("b.qzeros", np.zeros((1, 8), np.int32), layout="AWQ_QZEROS", **fields)
     monkeypatch.undo()
-    monkeypatch.setattr(reference.validate, "_prefix_key", lambda prefix: 0)
+    monkeypatch.setattr(reference.format.validate, "_prefix_key", lambda prefix: 0)
     with reference.open(path) as f, pytest.raises(FormatError) as info:
         f.validate()
     assert info.value.code == "BAD_QUANT_FIELDS" and "without" in info.value.message

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from reference.metadata import encode_metadata, lexical_depth, parse_metadata
-from reference.rules import json_depth
+from reference.format.metadata import encode_metadata, lexical_depth, parse_metadata
+from reference.format.rules import json_depth
 from spec.constants import MAX_METADATA_DEPTH
 
 

@@ -2,7 +2,7 @@
 
 The expected value of every rank's tensor is cut here from the single-file conversion of the
 same checkpoint, with the cut the rules state, written out per module in :func:`expected_cut`
-(not taken from reference.tpsplit): column and row modules ``(r, T)``, query heads ``(r, T)``,
+(not taken from reference.sets.tpsplit): column and row modules ``(r, T)``, query heads ``(r, T)``,
 key/value heads ``(r // (T / kv), kv)`` when there are fewer of them than ranks, vocabulary
 rows padded with zeros to a multiple of 64, everything else whole.
 """
@@ -20,10 +20,10 @@ import pytest
 import reference
 from reference.convert import convert_folder
 from reference.convert import main as convert_main
-from reference.errors import FormatError
 from reference.examples import LlamaShape, write_checkpoint
-from reference.fileset import FileSet
-from reference.tpsplit import plan_for
+from reference.ground.errors import FormatError
+from reference.sets.fileset import FileSet
+from reference.sets.tpsplit import plan_for
 from spec.constants import ALIGNMENT, SET_MANIFEST
 
 #: T = 4 with 8 query heads and 2 key/value heads of 64: each KV head on two ranks; a

@@ -20,10 +20,10 @@ import pytest
 from safetensors import safe_open
 
 import reference
-from reference import codec
-from reference.checkpoint import read_safetensors_header
 from reference.convert import main as convert_main
-from reference.writer import PARTIAL_SUFFIX
+from reference.quant import codec
+from reference.sources.checkpoint import read_safetensors_header
+from reference.write.writer import PARTIAL_SUFFIX
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "real"
 NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").is_file())

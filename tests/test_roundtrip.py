@@ -16,7 +16,7 @@ from hypothesis.extra import numpy as hnp
 
 import reference
 from reference.dump import main as dump_main
-from reference.writer import PARTIAL_SUFFIX
+from reference.write.writer import PARTIAL_SUFFIX
 from spec.constants import ALIGNMENT, SLAB_OFFSET
 
 DTYPES = [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64,
@@ -282,7 +282,7 @@ def test_tensors_and_read_into_give_the_stored_payloads(sample_file):
 def test_read_many_into_gives_every_payload_in_the_order_asked(sample_file, copy, monkeypatch):
     """Coalesced reads (runs of adjacent payloads, padding into scratch) land each payload
     in its own buffer; runs are cut by the byte and buffer caps (set tiny here)."""
-    import reference.reader as reader_module
+    import reference.format.reader as reader_module
 
     monkeypatch.setattr(reader_module, "_RUN_BYTES", 1)
     monkeypatch.setattr(reader_module, "_IOV_MAX", 5)
@@ -301,7 +301,7 @@ def test_read_many_into_gives_every_payload_in_the_order_asked(sample_file, copy
 
 def test_read_many_into_across_short_reads(sample_file, monkeypatch):
     """preadv may return fewer bytes than asked: the reader carries on where it stopped."""
-    import reference.reader as reader_module
+    import reference.format.reader as reader_module
 
     monkeypatch.setattr(reader_module, "resident", lambda address, length: False)  # reads
     real = os.preadv
@@ -324,7 +324,7 @@ def test_read_many_into_copies_from_the_map_only_what_is_in_memory(
 ):
     """A run whose pages are all in the page cache is copied out of the map (no read); any
     other is read with preadv.  Either way each payload equals the stored one."""
-    import reference.reader as reader_module
+    import reference.format.reader as reader_module
 
     asked: list[int] = []
     reads: list[int] = []
@@ -355,8 +355,8 @@ def test_read_many_into_copies_on_threads_in_pieces(sample_file, threads, monkey
     """The copy out of the map is cut into pieces (tiny here, so that payloads span several
     and threads outnumber some runs' pieces) spread over threads: every payload still equals
     the stored one, and nothing is written past it."""
-    import reference.parallel as parallel
-    import reference.reader as reader_module
+    import reference.format.reader as reader_module
+    import reference.ground.parallel as parallel
 
     monkeypatch.setattr(reader_module, "resident", lambda address, length: True)
     monkeypatch.setattr(parallel, "PIECE", 100)
@@ -386,7 +386,7 @@ def test_resident_tells_pages_in_memory():
     inside a page counts that page."""
     import mmap
 
-    from reference.residency import PAGE, resident
+    from reference.ground.residency import PAGE, resident
 
     with mmap.mmap(-1, 4 * PAGE) as m:
         address = np.frombuffer(m, np.uint8).ctypes.data

@@ -1,4 +1,4 @@
-"""Per-thread scratch memory (reference.scratch) and the codec outputs that may use it.
+"""Per-thread scratch memory (reference.ground.scratch) and the codec outputs that may use it.
 
 The rules: outside ``reusing``/``keep`` every array is new; inside, the same key on the same
 thread returns the same memory (grown when a larger one is asked for), other keys and other
@@ -12,8 +12,9 @@ import threading
 import numpy as np
 import pytest
 
-from reference import codec, scratch
-from reference.codec import CodecError
+from reference.ground import scratch
+from reference.quant import codec
+from reference.quant.codec import CodecError
 
 
 def test_outside_a_block_every_array_is_new():

@@ -21,12 +21,12 @@ import pytest
 from safetensors.numpy import save_file
 
 import reference
-from reference import partial
 from reference.convert import main as convert_main
 from reference.examples import write_checkpoint
-from reference.files import NotRegularFileError
-from reference.text import escape
-from reference.validate import validate_index
+from reference.format.validate import validate_index
+from reference.ground.files import NotRegularFileError
+from reference.ground.text import escape
+from reference.write import partial
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -434,7 +434,7 @@ def test_metadata_of_many_small_values_parses_and_encodes_in_bounded_memory():
     under 8 times the text (it was 18), encoding under 16 times (it was 40)."""
     import tracemalloc
 
-    from reference.metadata import encode_metadata, parse_metadata
+    from reference.format.metadata import encode_metadata, parse_metadata
 
     inner = "[" + ",".join(["0"] * ((2 << 20) // 2 - 200)) + "]"
     raw = ('{"a":' + "[" * 62 + inner + "]" * 62 + "}").encode()

@@ -31,9 +31,9 @@ import safetensors.torch
 import reference
 import reference.torch as rt
 from reference.convert import convert
-from reference.dtypes import raw_bits
 from reference.examples import LlamaShape, write_checkpoint
-from reference.reader import Reader
+from reference.format.reader import Reader
+from reference.quant.dtypes import raw_bits
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "conformance" / "vectors"

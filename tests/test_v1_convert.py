@@ -15,11 +15,11 @@ import pytest
 from safetensors import safe_open
 
 import reference
-from reference import codec
 from reference.convert import main as convert_main
 from reference.examples import LlamaShape, write_checkpoint
-from reference.v1 import V1Reader
-from reference.writer import PARTIAL_SUFFIX, stale_partials
+from reference.quant import codec
+from reference.sources.v1 import V1Reader
+from reference.write.writer import PARTIAL_SUFFIX, stale_partials
 
 ROOT = Path(__file__).resolve().parent.parent
 AWQ_ORDER_4BIT = [0, 2, 4, 6, 1, 3, 5, 7]  # docs/spec/codec.md, "AWQ v1"

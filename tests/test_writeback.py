@@ -1,4 +1,4 @@
-"""Background write-back (reference.writeback) and the writer's use of it [WR-2, CONV-3].
+"""Background write-back (reference.write.writeback) and the writer's use of it [WR-2, CONV-3].
 
 The rules: a flush is started each time ``every`` more bytes have been written, one at a
 time; the descriptor outlives the last flush (close and abort wait for it); a flush that
@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 import reference
-from reference import writeback as writeback_module
 from reference.convert import convert
 from reference.convert import main as convert_main
 from reference.examples import LlamaShape, write_checkpoint
-from reference.writeback import Writeback
-from reference.writer import Writer
+from reference.write import writeback as writeback_module
+from reference.write.writeback import Writeback
+from reference.write.writer import Writer
 
 
 def _tensors() -> dict[str, np.ndarray]:

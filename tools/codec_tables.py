@@ -3,7 +3,7 @@
 The tables are generated so that they cannot be mistyped.  Every number comes from the
 position formulas below, which restate the Marlin definitions of the codec chapter in plain
 Python integers; nothing here imports the reference implementation, so that the test
-suite's comparison of these formulas with ``reference.codec`` checks one against the
+suite's comparison of these formulas with ``reference.quant.codec`` checks one against the
 other.  The test suite also checks that the chapter holds exactly this output.
 
 ``python -m tools.codec_tables`` prints every region with its markers;

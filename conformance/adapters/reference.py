@@ -10,9 +10,9 @@ on a format error exit 1 and print ``{"error": {"code": ..., "offset": ..., "mes
 writes it: the metadata comes from the file's own bytes, read back with
 :mod:`conformance.exactjson` once the reader has checked them [ADP-1].
 Exit 2: usage error.  Exit 3: the file cannot be read (missing, or not a regular file: a folder,
-a FIFO, a device, refused at once by ``reference.files.open_regular``), with the reason in one
-line on stderr, as ``python -m reference.dump`` says it; or any other exception (a crash, with
-its traceback).  The C loader (``adapters/c``) uses the same statuses.
+a FIFO, a device, refused at once by ``reference.ground.files.open_regular``), with the
+reason in one line on stderr, as ``python -m reference.dump`` says it; or any other exception
+(a crash, with its traceback).  The C loader (``adapters/c``) uses the same statuses.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import numpy as np
 
 import reference
 from conformance import exactjson
-from reference.fileset import FileSet, is_set_path
-from reference.layers import unpack
-from reference.text import escape
+from reference.format.layers import unpack
+from reference.ground.text import escape
+from reference.sets.fileset import FileSet, is_set_path
 
 EXIT_USAGE = 2
 EXIT_FAILED = 3

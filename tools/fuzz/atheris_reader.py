@@ -41,7 +41,7 @@ def _child(flags: list[str]) -> None:
 
     with atheris.instrument_imports(include=["reference", "spec"]):
         import reference
-        import reference.validate  # noqa: F401
+        import reference.format.validate  # noqa: F401
     from tools.fuzz.awq2 import refresh
     from tools.fuzz.mutant import Mutant
     from tools.fuzz.target import State, exercise

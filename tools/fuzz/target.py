@@ -28,9 +28,9 @@ import numpy as np
 
 import reference
 import reference.convert
-from reference.compressed import CompressedReader
-from reference.errors import FormatError, TensorNotFoundError
-from reference.v1 import V1Reader
+from reference.ground.errors import FormatError, TensorNotFoundError
+from reference.sources.compressed import CompressedReader
+from reference.sources.v1 import V1Reader
 from tools import ROOT
 
 #: The fuzzer's own folder: its frames are not where an exception comes from.

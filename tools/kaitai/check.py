@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from reference.reader import Reader
+from reference.format.reader import Reader
 from tools import ROOT
 from tools.kaitai import ksy
 from tools.kaitai.compare import Comparison, compare_file

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.reader import Reader
+from reference.format.reader import Reader
 from spec import schema
 from spec.constants import SLAB_OFFSET
 

@@ -53,7 +53,7 @@ FUZZ_FINDINGS: tuple[Mutation, ...] = (
     # 0 x ... = 0, so every check passed, and tensor() raised ValueError from NumPy
     # ("Maximum allowed dimension exceeded" / "array is too big"): NumPy cannot describe a
     # shape whose non-zero dimensions x itemsize exceed 2**63 - 1, even with no elements.
-    # Fixed in reference/rules.py check_payload (BAD_SHAPE, for the reader and the writer).
+    # Fixed in reference/format/rules.py check_payload (BAD_SHAPE, for the reader and the writer).
     M("fuzz_empty_tensor_dim_2_64", _set_dim("empty", 1, (1 << 64) - 1), "BAD_SHAPE", ("ENT-5",), "validate", "zero-element tensor [0, 2**64 - 1]: not representable"),
     M("fuzz_empty_tensor_extent_2_63", _set_dim("empty", 1, (1 << 62) + 1), "BAD_SHAPE", ("ENT-5",), "validate", "zero-element int64 tensor [0, 2**62 + 1]: 8 x (2**62 + 1) bytes of extent"),
 )  # fmt: skip
@@ -127,7 +127,7 @@ class V1Finding:
 
 V = V1Finding
 V1_FINDINGS: tuple[V1Finding, ...] = (
-    # bench/fuzz.py --seed 2 (AWQ v1 seeds); before the fixes in reference/v1.py each of
+    # bench/fuzz.py --seed 2 (AWQ v1 seeds); before the fixes in reference/sources/v1.py each of
     # these raised TypeError, KeyError, ValueError, AttributeError or SafetensorError.
     V("fuzz_v1_entry_not_object", lambda: _dense(a=1), "reject", "V1_INCOMPLETE", "open", "header entry is a number (TypeError)"),
     V("fuzz_v1_entry_empty_object", lambda: _dense(a={}), "reject", "V1_INCOMPLETE", "open", "header entry {} (KeyError data_offsets)"),

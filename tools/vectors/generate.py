@@ -34,7 +34,7 @@ import numpy as np
 
 import reference
 from conformance import exactjson
-from reference.dtypes import numpy_dtype
+from reference.quant.dtypes import numpy_dtype
 from spec.algorithms import bucket_bits_for, bucket_of, fnv1a_64
 from spec.constants import MAX_NAME_LENGTH, SPEC_VERSION
 from spec.registry import DTYPES

@@ -76,8 +76,8 @@ def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
 
 
 def open_weights_index(weights: Weights) -> Any:
-    from reference.fileset import FileSet
-    from reference.reader import Reader
+    from reference.format.reader import Reader
+    from reference.sets.fileset import FileSet
 
     if weights.kind == "file":
         return Reader(weights.path)

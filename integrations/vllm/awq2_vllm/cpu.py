@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from reference import codec
+from reference.quant import codec
 
 PACK = 8  # 4-bit fields per int32 word
 _SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)

@@ -18,7 +18,7 @@ written into that part's columns of the module's ``qweight``, ``scales``, ``qzer
 ``bias``).  From a rank set the shard is the member's tensor as stored.  From one file or a
 split set at ``T > 1`` it is cut by the reference reader (``linear(prefix, tp_rank=,
 tp_size=, parallel=)``, the spec's Tensor-parallel slicing) where the project's one table of
-tensor-parallel rules (:mod:`reference.tpsplit`, the table ``convert --tp`` cuts with) says.
+tensor-parallel rules (:mod:`reference.sets.tpsplit`, the table ``convert --tp`` cuts with) says.
 A whole, unmerged layer is read with positioned reads straight into the parameter's bytes
 (``read_into``); a slice is copied once from the file's memory map into the parameter's
 columns.  On a GPU each part goes through one pinned host buffer and one copy to the device
@@ -51,13 +51,13 @@ from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 from awq2_vllm.errors import PluginError
 from awq2_vllm.method import AWQv2LinearMethod, Part, plan
 from awq2_vllm.weights import Weights, check_tp, find_weights, open_weights, opened_files
-from reference.dtypes import raw_bits
-from reference.errors import FormatError
-from reference.layers import PARTS
-from reference.rules import TensorInfo
+from reference.format.layers import PARTS
+from reference.format.rules import TensorInfo
+from reference.ground.errors import FormatError
+from reference.quant.dtypes import raw_bits
+from reference.sets.tpsplit import Cut, SplitPlan, plan_for
 from reference.torch import TORCH_DTYPES, bytes_of
-from reference.tpsplit import Cut, SplitPlan, plan_for
-from reference.writer import dtype_name_of
+from reference.write.writer import dtype_name_of
 from spec.marlin import pack_factor
 
 MARLIN_TILE = 16

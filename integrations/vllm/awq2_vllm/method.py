@@ -57,7 +57,7 @@ from vllm.model_executor.layers.linear import (
 from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
 
 from awq2_vllm.errors import PluginError
-from reference.layers import Parallel
+from reference.format.layers import Parallel
 from spec.marlin import pack_factor
 
 MARLIN_TILE = 16  # rows of k per Marlin qweight row (spec: Marlin qweight)
@@ -96,7 +96,7 @@ def part_sizes(layer: Any) -> list[int]:
 def plan(layer: Any, parts: list[str], cut_of: Any) -> list[Part]:
     """Which shard of which stored layer fills which columns of ``layer`` on this rank.
 
-    ``cut_of(prefix, rank)`` gives the cut (:class:`reference.tpsplit.Cut`) of a stored layer
+    ``cut_of(prefix, rank)`` gives the cut (:class:`reference.sets.tpsplit.Cut`) of a stored layer
     for a rank, from the project's one table of tensor-parallel rules (the same cut
     ``convert --tp`` stores), or None when the stored layer is already this rank's (a rank
     set, or TP 1).  vLLM's own geometry only sizes the columns; a cut that disagrees with it

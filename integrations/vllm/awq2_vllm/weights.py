@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from awq2_vllm.errors import PluginError
-from reference.fileset import FileSet
-from reference.reader import Reader
-from reference.setmanifest import read_manifest
+from reference.format.reader import Reader
+from reference.sets.fileset import FileSet
+from reference.sets.setmanifest import read_manifest
 from spec.constants import SET_MANIFEST
 
 WEIGHT_FILE = "model.awq2"
@@ -72,8 +72,8 @@ def check_tp(weights: Weights, tp_size: int) -> None:
 
 def open_weights(weights: Weights, tp_rank: int, tp_size: int) -> Any:
     """A reader for the worker of rank ``tp_rank`` of ``tp_size``: a
-    :class:`~reference.reader.Reader` or a :class:`~reference.fileset.FileSet` (of a rank set:
-    this rank's members only), with the full validation of what it opened."""
+    :class:`~reference.format.reader.Reader` or a :class:`~reference.sets.fileset.FileSet`
+    (of a rank set: this rank's members only), with the full validation of what it opened."""
     check_tp(weights, tp_size)
     if weights.kind == "file":
         return Reader(weights.path, validate=True)

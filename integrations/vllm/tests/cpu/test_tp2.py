@@ -16,8 +16,8 @@ import pytest
 from serving import convert, generate
 
 from reference.examples import LlamaShape, write_checkpoint
-from reference.reader import Reader
-from reference.setmanifest import read_manifest
+from reference.format.reader import Reader
+from reference.sets.setmanifest import read_manifest
 
 
 @pytest.fixture(scope="module")

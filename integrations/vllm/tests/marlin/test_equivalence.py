@@ -65,7 +65,7 @@ def test_a_rank_set_at_tp_2_holds_the_same_bytes_each_rank_reading_only_its_file
     member and its layers equal vLLM's AWQ path cutting the original checkpoint."""
     import subprocess as sp
 
-    from reference.setmanifest import read_manifest
+    from reference.sets.setmanifest import read_manifest
 
     v1, _ = folders
     ranked = tmp_path / "tp2"
@@ -97,7 +97,7 @@ def test_bf16_model_holds_the_same_bytes_as_vllm(folders, tmp_path):
 
 
 def test_one_flipped_byte_fails_the_comparison(folders, tmp_path):
-    from reference.reader import Reader
+    from reference.format.reader import Reader
 
     v1, served = folders
     broken = tmp_path / "broken"

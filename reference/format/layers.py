@@ -15,10 +15,11 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference import codec, scratch
-from reference.errors import field_error
-from reference.rules import TensorInfo, check_bias, check_layers
-from reference.source import TensorSource
+from reference.format.rules import TensorInfo, check_bias, check_layers
+from reference.format.source import TensorSource
+from reference.ground import scratch
+from reference.ground.errors import field_error
+from reference.quant import codec
 from spec.marlin import QUANT_BITS, marlin_shape_ok, pack_factor
 
 PARTS = ("qweight", "scales", "qzeros")
@@ -123,7 +124,7 @@ def encode_linear(
 
 
 def _unpacked_codes(qweight: NDArray[np.int32], bits: int) -> NDArray[np.uint8]:
-    """The codes of AWQ v1 words, in this thread's scratch memory (:mod:`reference.scratch`):
+    """The codes of AWQ v1 words, in this thread's scratch memory (:mod:`reference.ground.scratch`):
     a temporary, read once by the swizzle or the AWQ packing, which make new arrays."""
     if qweight.ndim != 2 or bits not in QUANT_BITS:
         return codec.awq_unpack(qweight, bits)  # raises the codec's error

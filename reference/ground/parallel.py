@@ -1,7 +1,7 @@
 """Using every core: how many there are, and copying bytes that are in memory on all of them.
 
-:meth:`reference.reader.Reader.read_many_into` copies payloads whose pages are in the page
-cache out of the memory map (:mod:`reference.residency`).  One thread copies at what one
+:meth:`reference.format.reader.Reader.read_many_into` copies payloads whose pages are in the page
+cache out of the memory map (:mod:`reference.ground.residency`).  One thread copies at what one
 core's share of memory bandwidth allows; NumPy's copy releases the GIL, so on two cores two
 threads copied the 1B benchmark's 778 MB in 0.78x the time of one (``bench/bench_load.py``,
 ``docs/benchmarks.md``).  :func:`copy_out` cuts a run into pieces of :data:`PIECE` bytes

@@ -43,9 +43,9 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.errors import FormatError, error
-from reference.files import open_regular
-from reference.layers import LinearLayer, StoredTensor, shard
+from reference.format.layers import LinearLayer, StoredTensor, shard
+from reference.ground.errors import FormatError, error
+from reference.ground.files import open_regular
 from spec.constants import VOCAB_PADDING
 from spec.marlin import marlin_shape_ok, pack_factor
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from reference import rules
-from reference.errors import error
+from reference.format import rules
+from reference.ground.errors import error
 from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH
 
 #: META-5: the longest number token (sign, digits, point and exponent included).

@@ -8,7 +8,7 @@ Two levels of checking [RD-1, RD-2]:
   file in the order RD-2 fixes; :meth:`Reader.verify` adds every payload checksum.
 
 Views are zero-copy NumPy arrays of the mapped payload bytes, of the types
-:mod:`reference.dtypes` names (``ml_dtypes`` ones for BF16 and FP8).  The index is read
+:mod:`reference.quant.dtypes` names (``ml_dtypes`` ones for BF16 and FP8).  The index is read
 through a NumPy structured dtype derived from the construct schema
 (:data:`spec.schema.ENTRY_DTYPE`), never parsed entry by entry up front.
 """
@@ -24,17 +24,17 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.dtypes import numpy_dtype
-from reference.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
-from reference.files import open_regular
-from reference.index import Index
-from reference.layers import LinearLayer, dequantize_layer, find_layers, read_linear
-from reference.metadata import parse_metadata
-from reference.order import slab_order
-from reference.parallel import available_cores, copy_out
-from reference.residency import resident
-from reference.rules import TensorInfo
-from reference.validate import Validated, validate_index
+from reference.format.index import Index
+from reference.format.layers import LinearLayer, dequantize_layer, find_layers, read_linear
+from reference.format.metadata import parse_metadata
+from reference.format.order import slab_order
+from reference.format.rules import TensorInfo
+from reference.format.validate import Validated, validate_index
+from reference.ground.errors import FormatError, TensorNotFoundError, checksum_mismatch, field_error
+from reference.ground.files import open_regular
+from reference.ground.parallel import available_cores, copy_out
+from reference.ground.residency import resident
+from reference.quant.dtypes import numpy_dtype
 from spec.algorithms import crc32c
 from spec.constants import ALIGNMENT
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
@@ -155,7 +155,7 @@ class Reader:
     def read_into(self, tensor: str | TensorInfo, out: Any) -> NDArray[Any]:
         """Read one payload into a caller's buffer (preallocated, pinned...) and return
         ``out``'s first ``length`` bytes viewed with the tensor's NumPy type
-        (:mod:`reference.dtypes`) and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
+        (:mod:`reference.quant.dtypes`) and shape.  ``tensor`` is a name, or a ``TensorInfo`` this
         reader returned (from ``entries()``), which skips the lookup.  The bytes come as
         :meth:`read_many_into` fetches them: copied from the map where already in memory,
         else by positioned reads; a file found shorter than the payload raises ``TRUNCATED``."""
@@ -171,9 +171,9 @@ class Reader:
         each payload lands in its own buffer.  Each run is fetched the faster way for where
         its bytes are (``bench/bench_load.py`` measures both; ``docs/benchmarks.md``):
 
-        * all of its pages in the page cache (:func:`reference.residency.resident`): copied
+        * all of its pages in the page cache (:func:`reference.ground.residency.resident`): copied
           out of the memory map (a user-space copy; positioned reads were 2-4x slower here),
-          in pieces spread over ``threads`` threads (:func:`reference.parallel.copy_out`;
+          in pieces spread over ``threads`` threads (:func:`reference.ground.parallel.copy_out`;
           by default the cores this process may use; 1: the calling thread only);
         * otherwise: one ``preadv`` (the kernel reads ahead in large requests; a copy out
           of the map waited on page faults, 2x slower from a cold cache).

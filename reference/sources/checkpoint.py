@@ -28,13 +28,13 @@ import numpy as np
 from numpy.typing import NDArray
 from safetensors import SafetensorError, safe_open
 
-from reference.dtypes import numpy_dtype
-from reference.errors import FormatError, TensorNotFoundError, error
-from reference.files import open_regular
-from reference.layers import dequantize_layer
-from reference.metadata import lexical_depth, parse_metadata
-from reference.partial import NAME_MAX
-from reference.rules import TensorInfo, element_count, extent_fits
+from reference.format.layers import dequantize_layer
+from reference.format.metadata import lexical_depth, parse_metadata
+from reference.format.rules import TensorInfo, element_count, extent_fits
+from reference.ground.errors import FormatError, TensorNotFoundError, error
+from reference.ground.files import open_regular
+from reference.quant.dtypes import numpy_dtype
+from reference.write.partial import NAME_MAX
 from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH
 from spec.registry import DTYPE_BY_NAME
 
@@ -46,7 +46,7 @@ _ST_DTYPES = {
 #: safetensors' own cap on its JSON header (``MAX_HEADER_SIZE`` in safetensors/src/tensor.rs).
 MAX_ST_HEADER = 100_000_000
 _ST_ITEMSIZE = {name: DTYPE_BY_NAME[name].itemsize for name in _ST_DTYPES}
-#: Read as their ``ml_dtypes`` type (:mod:`reference.dtypes`), not through safetensors' NumPy
+#: Read as their ``ml_dtypes`` type (:mod:`reference.quant.dtypes`), not through safetensors' NumPy
 #: backend, which has no bfloat16 or float8 type.
 _ML_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 

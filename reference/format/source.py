@@ -1,7 +1,7 @@
-"""What every source of tensors offers: the AWQ-v2 :class:`~reference.reader.Reader`, the AWQ v1
-:class:`~reference.v1.V1Reader`, and whatever the next kind of source is.
+"""What every source of tensors offers: the AWQ-v2 :class:`~reference.format.reader.Reader`,
+the AWQ v1 :class:`~reference.sources.v1.V1Reader`, and whatever the next kind of source is.
 
-:mod:`reference.layers` and :mod:`reference.dump` take a :class:`TensorSource`, so a new
+:mod:`reference.format.layers` and :mod:`reference.dump` take a :class:`TensorSource`, so a new
 source plugs in by offering these methods; nothing that uses it changes.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from numpy.typing import NDArray
 
-from reference.rules import TensorInfo
+from reference.format.rules import TensorInfo
 
 
 @runtime_checkable
@@ -42,7 +42,8 @@ class TensorSource(Protocol):
 
     def tensor(self, name: str) -> NDArray[Any]:
         """The stored array of ``name`` (zero-copy where the source can), of the NumPy type
-        :mod:`reference.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8) [DT-1]."""
+        :mod:`reference.quant.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8)
+        [DT-1]."""
         ...
 
     def view(self, info: TensorInfo) -> NDArray[Any]:

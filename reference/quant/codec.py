@@ -43,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference import scratch
+from reference.ground import scratch
 from spec import marlin
 from spec.marlin import (
     AWQ_ORDER,

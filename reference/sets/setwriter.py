@@ -1,11 +1,11 @@
 """Writing sets: split by size (:class:`SetWriter`), or one file per tensor-parallel rank
 (:class:`RankSetWriter`, fed by the converter with each rank's cut from
-:mod:`reference.tpsplit`) [SET-11].
+:mod:`reference.sets.tpsplit`) [SET-11].
 
 A split set's members are filled in order, each at most ``max_size`` bytes.
 
 :class:`SetWriter` writes into a folder it is given (the converter's temporary folder, which
-:func:`reference.folder.publishing` renames into place whole [SET-9]); :func:`save_set`
+:func:`reference.sets.folder.publishing` renames into place whole [SET-9]); :func:`save_set`
 publishes one on its own.  A step (one quantised layer, or one tensor) is never split: before
 adding one, the writer asks the open member how long it would be with the step added
 (:meth:`Writer.size_with`, exact: the slab, the index and the trailer) and starts the next
@@ -29,11 +29,11 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reference import folder
-from reference.layers import StoredTensor
-from reference.reader import Reader
-from reference.setmanifest import Manifest, Member, manifest_text
-from reference.writer import Writer
+from reference.format.layers import StoredTensor
+from reference.format.reader import Reader
+from reference.sets import folder
+from reference.sets.setmanifest import Manifest, Member, manifest_text
+from reference.write.writer import Writer
 from spec.constants import SET_MANIFEST
 
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)

@@ -2,8 +2,8 @@
 
 A checkpoint whose ``config.json`` (in the folder, or beside the one file given) says
 ``quantization_config.quant_method == "compressed-tensors"`` is read by
-:class:`~reference.compressed.CompressedReader` [CT-1]; every other one by
-:class:`~reference.v1.V1Reader` [V1-1], which reports what it cannot read.
+:class:`~reference.sources.compressed.CompressedReader` [CT-1]; every other one by
+:class:`~reference.sources.v1.V1Reader` [V1-1], which reports what it cannot read.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reference.compressed import CompressedReader, is_compressed_tensors
-from reference.v1 import V1Reader
+from reference.sources.compressed import CompressedReader, is_compressed_tensors
+from reference.sources.v1 import V1Reader
 
 Checkpoint = V1Reader | CompressedReader
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reference.errors import error, field_error
+from reference.ground.errors import error, field_error
 from spec.constants import ALIGNMENT, MAX_DIMS
 from spec.marlin import GEMM_MIN_K, MARLIN_GROUP_SIZES, QUANT_BITS, TILE_K, TILE_N, pack_factor
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE, LAYOUT_BY_NAME, SCALE_DTYPES

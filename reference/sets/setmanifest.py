@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from reference.errors import FormatError, error
-from reference.files import open_regular
-from reference.metadata import parse_metadata
+from reference.format.metadata import parse_metadata
+from reference.ground.errors import FormatError, error
+from reference.ground.files import open_regular
 from spec.constants import MAX_METADATA_LENGTH, MAX_SET_FILES, SET_MANIFEST, SET_VERSION
 
 KINDS = ("split", "rank")

@@ -23,16 +23,16 @@ from typing import Any, Literal
 
 from numpy.typing import NDArray
 
-from reference.checkpoint import (
+from reference.format.layers import LinearLayer, awq_linear, sharded
+from reference.format.rules import TensorInfo
+from reference.ground.errors import FormatError, TensorNotFoundError, error
+from reference.sources.checkpoint import (
     CheckpointReader,
     SafetensorsFiles,
     is_safetensors,
     read_json,
     read_safetensors_header,
 )
-from reference.errors import FormatError, TensorNotFoundError, error
-from reference.layers import LinearLayer, awq_linear, sharded
-from reference.rules import TensorInfo
 
 __all__ = ["QuantConfig", "V1Reader", "is_safetensors", "quant_config", "read_safetensors_header"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.index import Index
+from reference.format.index import Index
 
 _CHUNK = 8  # name bytes compared per round: one uint64
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference.files import open_regular
+from reference.ground.files import open_regular
 
 #: The weights file inside the folder.
 MODEL_FILE = "model.awq2"

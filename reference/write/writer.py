@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from reference import partial, rules
-from reference.errors import FormatError
-from reference.hashing import buckets_of, fnv1a_64_many
-from reference.layers import encode_linear
-from reference.metadata import encode_metadata
-from reference.partial import PARTIAL_SUFFIX, stale_partials
-from reference.writeback import Writeback
+from reference.format import rules
+from reference.format.layers import encode_linear
+from reference.format.metadata import encode_metadata
+from reference.ground.errors import FormatError
+from reference.ground.hashing import buckets_of, fnv1a_64_many
+from reference.write import partial
+from reference.write.partial import PARTIAL_SUFFIX, stale_partials
+from reference.write.writeback import Writeback
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
     ALIGNMENT,
@@ -108,7 +109,7 @@ class Writer:
         """``check(tmp_path)``, if given, runs on the finished temporary file before it is
         renamed into place; raising aborts the write (the converter verifies there).
         ``writeback`` flushes the payloads to storage on a thread of its own as they are
-        written (:mod:`reference.writeback`), so that :meth:`close` has little left to flush;
+        written (:mod:`reference.write.writeback`), so that :meth:`close` has little left to flush;
         the bytes are the same either way."""
         self.path = Path(path)
         self._metadata = encode_metadata(metadata)
@@ -250,7 +251,7 @@ class Writer:
         return crc
 
     def add_linear(self, prefix: str, **layer: Any) -> str:
-        """Store one quantised linear layer; see :func:`reference.layers.encode_linear`.
+        """Store one quantised linear layer; see :func:`reference.format.layers.encode_linear`.
 
         Codes ``q``/``z`` or AutoAWQ ``qweight``/``qzeros``, plus ``scales``, ``bits``,
         ``group_size`` and an optional ``bias``.  Returns ``"MARLIN"`` or ``"AWQ"``, the

@@ -23,11 +23,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from reference import rules
-from reference.dtypes import numpy_dtype
-from reference.entrytable import checked_infos
-from reference.errors import checksum_mismatch, field_error, over_limit
-from reference.metadata import parse_metadata
+from reference.format import rules
+from reference.format.entrytable import checked_infos
+from reference.format.metadata import parse_metadata
+from reference.ground.errors import checksum_mismatch, field_error, over_limit
+from reference.quant.dtypes import numpy_dtype
 from spec.algorithms import bucket_bits_for, bucket_of, crc32c, fnv1a_64
 from spec.constants import (
     ALIGNMENT,
@@ -371,7 +371,7 @@ class Index:
 
     def infos(self) -> list[rules.TensorInfo]:
         """Every entry's info, in index order: the whole table checked at once where every
-        entry passes (:mod:`reference.entrytable`), else entry by entry, which raises the
+        entry passes (:mod:`reference.format.entrytable`), else entry by entry, which raises the
         first failure."""
         infos = checked_infos(*self.entry_sections(), slab_end=self.header["index_offset"])
         if infos is None:
@@ -450,7 +450,7 @@ class Index:
 
     def view(self, info: rules.TensorInfo) -> NDArray[Any]:
         """Zero-copy, read-only array of a checked entry's payload, of the NumPy type
-        :mod:`reference.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8)."""
+        :mod:`reference.quant.dtypes` gives its dtype (``ml_dtypes`` ones for BF16 and FP8)."""
         dtype = numpy_dtype(info.dtype)
         return _array(self.data, dtype, info.length // dtype.itemsize, info.offset).reshape(
             info.shape

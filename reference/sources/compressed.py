@@ -25,7 +25,7 @@ The library dequantises as ``(q - zp) * scale`` in the scale's dtype
 stored unsigned fields are exactly AWQ codes and zero points, a symmetric layer's zero
 points are all 8, and ``w = (code - zero) * scale`` is the AWQ-v2 rule: each layer is
 presented as ``<prefix>.qweight``, ``.qzeros``, ``.scales`` in the AWQ layouts (transposed
-to ``[in, out]``), so :mod:`reference.layers` and the converter use it unchanged [CT-1].
+to ``[in, out]``), so :mod:`reference.format.layers` and the converter use it unchanged [CT-1].
 vLLM reads the same tensors in
 ``compressed_tensors/schemes/compressed_tensors_wNa16.py: CompressedTensorsWNA16``
 (``uint4b8`` when symmetric, ``uint4`` with ``weight_zero_point`` when not) and repacks them
@@ -49,17 +49,17 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference import codec
-from reference.checkpoint import (
+from reference.format.layers import PARTS, LinearLayer, awq_linear, sharded
+from reference.format.rules import TensorInfo
+from reference.ground.errors import FormatError, TensorNotFoundError
+from reference.quant import codec
+from reference.sources.checkpoint import (
     CheckpointReader,
     SafetensorsFiles,
     StTensor,
     legacy_error,
     read_json,
 )
-from reference.errors import FormatError, TensorNotFoundError
-from reference.layers import PARTS, LinearLayer, awq_linear, sharded
-from reference.rules import TensorInfo
 
 QUANT_METHOD = "compressed-tensors"
 FORMAT = "pack-quantized"

@@ -1,4 +1,5 @@
-"""The whole entry table checked at once: the fast path of :meth:`reference.index.Index.infos`.
+"""The whole entry table checked at once: the fast path of
+:meth:`reference.format.index.Index.infos`.
 
 Listing a file's tensors runs every check local to an entry on every entry [LIM-3, LIM-4,
 ENT-1, ENT-4..7, ENT-9, NAME-1, NAME-2, IDX-7, LAY-1..6].  :meth:`Index.record` and
@@ -7,11 +8,11 @@ own error; for a model's few hundred entries that walk took 7 ms, a tenth of rea
 1B benchmark's 778 MB from the page cache.
 
 :func:`checked_infos` runs the same checks on the whole table at once (flags, limits and
-bounds as NumPy columns, the name hashes by :func:`reference.hashing.fnv1a_64_many`) and
+bounds as NumPy columns, the name hashes by :func:`reference.ground.hashing.fnv1a_64_many`) and
 returns the infos when every entry passes every check; otherwise None, and the caller walks
 the entries one by one, which finds the first failure and raises it.  So this module only
 decides that a table is good; which error a bad table gets is never decided here.  The
-payload and layout rules are :mod:`reference.rules`' own functions, called per entry (the
+payload and layout rules are :mod:`reference.format.rules`' own functions, called per entry (the
 extent and layout checks once per distinct set of the fields they read).
 ``tests/test_entrytable.py`` runs both paths on every conformance vector and on mutated
 tables.
@@ -24,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import rules
-from reference.errors import FormatError
-from reference.hashing import fnv1a_64_many
+from reference.format import rules
+from reference.ground.errors import FormatError
+from reference.ground.hashing import fnv1a_64_many
 from spec.constants import MAX_DIMS, MAX_NAME_LENGTH, SLAB_OFFSET
 from spec.geometry import DIM_SIZE, entry_checksum
 from spec.schema import ENTRY_DTYPE, ENTRY_SIZE

@@ -1,6 +1,6 @@
 """Whether a range of a memory-mapped file is in the page cache: ``mincore(2)``.
 
-:meth:`reference.reader.Reader.read_many_into` asks this to choose how to fill a run of
+:meth:`reference.format.reader.Reader.read_many_into` asks this to choose how to fill a run of
 payloads.  Where the bytes are already in memory, copying them out of the map is the fast
 way (the copy runs in user space, the kernel only maps the pages); where they are not,
 positioned reads are (the kernel reads ahead in large requests, where a mapped copy waits on

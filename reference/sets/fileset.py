@@ -3,7 +3,7 @@
 A set is a folder with ``model.awq2.set.json`` and the members it lists [SET-1]: split by
 size (``kind: "split"``), or one group of members per tensor-parallel rank (``kind:
 "rank"``).  :class:`FileSet` answers with the same methods as a
-:class:`~reference.reader.Reader` (``names``, ``entry``, ``tensor``, ``linear``,
+:class:`~reference.format.reader.Reader` (``names``, ``entry``, ``tensor``, ``linear``,
 ``dequantize``, ``read_many_into``, ``validate``, ``verify``):
 
 * opening reads the manifest and each member's header and trailer [SET-5]: the cost grows
@@ -31,11 +31,11 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.errors import FormatError, TensorNotFoundError, error
-from reference.layers import LinearLayer, dequantize_layer
-from reference.reader import Reader
-from reference.rules import TensorInfo
-from reference.setmanifest import Manifest, Member, read_manifest
+from reference.format.layers import LinearLayer, dequantize_layer
+from reference.format.reader import Reader
+from reference.format.rules import TensorInfo
+from reference.ground.errors import FormatError, TensorNotFoundError, error
+from reference.sets.setmanifest import Manifest, Member, read_manifest
 from spec.constants import SET_MANIFEST
 
 _HASH_CHUNK = 8 << 20

@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.entrytable import checked_infos
-from reference.errors import checksum_mismatch, field_error, over_limit
-from reference.hashing import buckets_of
-from reference.index import Index
-from reference.rules import QWEIGHT_LAYOUTS, TensorInfo, check_layers
+from reference.format.entrytable import checked_infos
+from reference.format.index import Index
+from reference.format.rules import QWEIGHT_LAYOUTS, TensorInfo, check_layers
+from reference.ground.errors import checksum_mismatch, field_error, over_limit
+from reference.ground.hashing import buckets_of
 from spec.algorithms import align_up, crc32c
 from spec.constants import ALIGNMENT, MAX_BUCKET_LENGTH, SLAB_OFFSET
 from spec.registry import DTYPE_BY_NAME, LAYOUT_BY_NAME, LAYOUTS, SCALE_DTYPES
@@ -166,7 +166,7 @@ def _check_entries(index: Index, keep: bool) -> tuple[Parts, list[TensorInfo] | 
 
 def _entries_at_once(index: Index, keep: bool = False) -> tuple[Parts, list[TensorInfo]] | None:
     """The checks of :func:`_walk_entries` on runs of ``_RUN`` entries at a time: the packing
-    of names and dims, every local rule (:func:`reference.entrytable.checked_infos`), each
+    of names and dims, every local rule (:func:`reference.format.entrytable.checked_infos`), each
     entry in its bucket, and names strictly rising within a bucket.  None if any fails.
     The infos are returned when ``keep`` (else an empty list: memory stays per run)."""
     g, count = index.geometry, index.tensor_count
@@ -279,7 +279,7 @@ def _walk_entries(index: Index) -> Parts:
 
 
 def _check_layers(index: Index, parts: Parts) -> None:
-    """LAY-7 as :func:`reference.rules.check_layers` states it, from columns, not infos.
+    """LAY-7 as :func:`reference.format.rules.check_layers` states it, from columns, not infos.
 
     Every quantised entry is looked up with its layer's three parts, all at once: entries named
     ``<prefix>.<part>`` are grouped by prefix (hash, then bytes).  The first offender in index
