@@ -28,7 +28,9 @@ extra = {"quantization": "awq_v2", "load_format": "awq_v2"} if sys.argv[2] == "a
 llm = LLM(model=sys.argv[1], skip_tokenizer_init=True, dtype="float16", enforce_eager=True,
           max_model_len=128, **extra)
 prompt = [int(t) for t in sys.argv[3].split(",")]
-out = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0, max_tokens=16))
+# use_tqdm=False: vLLM 0.31 divides by the progress bar's elapsed time, 0 under TQDM_DISABLE=1
+out = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(temperature=0, max_tokens=16),
+                   use_tqdm=False)
 print("tokens", list(out[0].outputs[0].token_ids), flush=True)
 """
 
