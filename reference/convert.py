@@ -569,7 +569,8 @@ def _size(text: str) -> int:
 
 def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tuple[int, str] | None:
     """What is wrong with SRC and DST before anything is read or written: ``(exit status,
-    message)``, or None.  A missing or unreadable SRC is an I/O error; a DST file that is a
+    message)``, or None.  A missing or unreadable SRC, and a DST whose folder does not exist,
+    are I/O errors; a DST file that is a
     folder, would replace a file of the source, or has a name too long to write, and a DST
     folder that :func:`reference.sets.folder.check_folder_paths` refuses, are usage errors."""
     if not src.exists():
@@ -587,6 +588,12 @@ def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tupl
             )
     if dst is None:
         return None
+    if not dst.parent.is_dir():  # said with the user's path, not a hidden partial name's
+        why = "does not exist" if not dst.parent.exists() else "is not a folder"
+        return EXIT_IO, (
+            f"cannot write {escape(str(dst))}: its folder {escape(str(dst.parent))} {why} "
+            "(create it first)"
+        )
     if len(dst.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
         return EXIT_USAGE, f"DST's file name is longer than {NAME_MAX} bytes"
     if to_folder:

@@ -334,3 +334,18 @@ def test_memory_is_bounded_by_jobs_not_by_the_model(tmp_path):
     assert one < model / 8, "one thread holds about one layer, not the model"
     assert three <= 4 * one, "three threads hold about three layers (plus one being written)"
     assert three < model / 3
+
+
+@pytest.mark.parametrize("dst", ["missing/model.awq2", "missing/served/", "afile/model.awq2"])
+def test_a_destination_whose_folder_is_missing_names_the_users_path(tmp_path, dst, capsys):
+    """A DST whose parent folder does not exist (or is a file) is refused before anything is
+    read or written, naming DST and its folder, never a hidden partial name (exit 3)."""
+    (tmp_path / "afile").write_bytes(b"a file")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    target = f"{tmp_path}/{dst}"
+    assert convert_main([str(FIXTURES / "autoawq_gemm_g128"), target, "--quiet"]) == 3
+    err = capsys.readouterr().err
+    parent = str(Path(target).parent)
+    assert f"cannot write {Path(target)}: its folder {parent}" in err, err
+    assert ".partial" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
