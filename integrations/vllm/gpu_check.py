@@ -30,26 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-FIXTURES = ROOT / "tests" / "fixtures" / "real"
 GENERATE = HERE / "tests" / "cpu" / "generate.py"
-REAL = ("autoawq_gemm_g128", "ct_awq_w4a16_asym_g128", "ct_w4a16_sym_g128", "ct_w4a16_asym_g64")
-KEEP = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-        "tokenizer_config.json")  # fmt: skip
-
-
-def convert(src: Path, dst: Path, *extra: str) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "reference.convert", str(src), f"{dst}/", "--quiet",
-                    *extra], check=True)  # fmt: skip
-    return dst
+sys.path.insert(0, str(GENERATE.parent))  # the CPU tests' helpers: the same cases, made alike
+from serving import REAL, checkpoint, convert  # noqa: E402
 
 
 def generate(jobs: list[dict], work: Path, tag: str) -> dict:
@@ -85,14 +74,6 @@ def compare(name: str, stock: dict | None, ours: dict | None, tp: int) -> bool:
 def _same_tensors(stock: dict, ours: dict) -> bool:
     a = {k: v for k, v in stock["tensors"].items() if not k.endswith("/weight_shape")}
     return a == ours["tensors"]
-
-
-def checkpoint(name: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in KEEP:
-        if (FIXTURES / name / f).exists():
-            shutil.copy(FIXTURES / name / f, dest / f)
-    return dest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ from vllm.model_executor.layers.quantization.utils.marlin_utils import get_marli
 
 from awq2_vllm.errors import PluginError
 from awq2_vllm.version import release
-from awq2_vllm.weights import Weights, find_weights
+from awq2_vllm.weights import Weights, find_weights, open_weights
 
 NAME = "awq_v2"
 SERVED_BITS = 4
@@ -63,7 +63,7 @@ def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
     """Every quantised layer of the weights, by its tensor prefix (of a rank set: rank 0's
     members, whose index says what every rank holds [SET-7]; no payload is read)."""
     facts = {}
-    reader = open_weights_index(weights)
+    reader = open_weights(weights, 0, weights.tp_size, validate=False)
     try:
         kw = {"rank": 0} if weights.kind != "file" else {}
         for prefix in reader.layers(**kw):
@@ -73,15 +73,6 @@ def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
     finally:
         reader.close()
     return facts
-
-
-def open_weights_index(weights: Weights) -> Any:
-    from reference.format.reader import Reader
-    from reference.sets.fileset import FileSet
-
-    if weights.kind == "file":
-        return Reader(weights.path)
-    return FileSet(weights.path, rank=0 if weights.kind == "rank" else None)
 
 
 def kernel_path(version: str) -> str:

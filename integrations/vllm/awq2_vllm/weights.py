@@ -70,19 +70,20 @@ def check_tp(weights: Weights, tp_size: int) -> None:
                           f"--tp {tp_size}, or serve it with -tp {weights.tp_size})")  # fmt: skip
 
 
-def open_weights(weights: Weights, tp_rank: int, tp_size: int) -> Any:
+def open_weights(weights: Weights, tp_rank: int, tp_size: int, *, validate: bool = True) -> Any:
     """A reader for the worker of rank ``tp_rank`` of ``tp_size``: a
     :class:`~reference.format.reader.Reader` or a :class:`~reference.sets.fileset.FileSet`
-    (of a rank set: this rank's members only), with the full validation of what it opened."""
+    (of a rank set: this rank's members only), with the full validation of what it opened
+    unless ``validate=False`` (the opening checks alone)."""
     check_tp(weights, tp_size)
     if weights.kind == "file":
-        return Reader(weights.path, validate=True)
+        return Reader(weights.path, validate=validate)
     rank = tp_rank if weights.kind == "rank" else None
-    return FileSet(weights.path, validate=True, rank=rank)
+    return FileSet(weights.path, validate=validate, rank=rank)
 
 
 def opened_files(reader: Any) -> list[Reader]:
     """The member readers ``reader`` holds open (itself, for one file)."""
     if isinstance(reader, FileSet):
-        return [r for r in reader.members]
+        return reader.members
     return [reader]
