@@ -1,11 +1,12 @@
-"""``python -m reference.convert SRC DST``: convert an AWQ v1 or compressed-tensors checkpoint
-to AWQ-v2.
+"""``awq2-convert SRC DST`` (also ``python -m reference.convert``): convert an AWQ v1 or
+compressed-tensors checkpoint to AWQ-v2.
 
 SRC is an AutoAWQ checkpoint folder (``config.json`` or ``quant_config.json``, and
 ``model.safetensors`` or shards with ``model.safetensors.index.json``), an llm-compressor
 ``pack-quantized`` checkpoint folder (``config.json`` with ``quant_method:
 "compressed-tensors"``) [CT-1], or a single ``.safetensors`` file with its ``config.json``
-beside it.  The conversion:
+beside it.  A checkpoint with no quantised layer is refused (``NOT_QUANTISED``) [CONV-4].
+The conversion:
 
 * streams layer by layer: peak memory is about one layer (its v1 tensors, the
   unpacked codes and the Marlin result) plus the index, not the model;
@@ -20,13 +21,17 @@ beside it.  The conversion:
 * is deterministic: the same input gives the same bytes [WR-1], with any number of
   ``--jobs`` threads repacking layers (default: the cores this process may use) [CONV-3].
 
-DST ending with ``/``, or an existing empty folder, makes a servable model folder instead:
-``model.awq2``, ``config.json`` with ``quant_method: "awq_v2"``, and the source's other files
-(:mod:`reference.sets.folder`), published by one rename [CONV-1, CONV-2].  Any other DST is the
-``.awq2`` file to write.
+Where it goes: a DST ending in ``.awq2`` is the single file to write; any other DST is a
+servable model folder: ``model.awq2`` (or a set), ``config.json`` with ``quant_method:
+"awq_v2"``, and the source's other files (:mod:`reference.sets.folder`), published by one
+rename [CONV-1, CONV-2].  An existing DST is refused unless it is an empty folder, or
+``--overwrite`` is given: then it is replaced once the new output is complete and verified.
 
 Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
-and the reason are printed; nothing is written), 2 usage error, 3 I/O error.
+and the reason are printed; nothing is written), 2 usage error, 3 I/O error, 130
+interrupted (Ctrl-C: one line, nothing written).  With ``--json`` every outcome is one JSON
+document on stdout: ``{"status": "converted" | "planned" | "refused" | "error" |
+"interrupted", "exit_status": N, ...}``, the summary's keys or an ``error`` object.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import sys
 import threading
 import time
@@ -46,7 +52,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from reference import __version__
 from reference.format.layers import PARTS, StoredTensor, encode_linear
@@ -71,6 +77,7 @@ from spec.registry import DTYPE_BY_NAME
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 _WINDOW_PER_JOB = 2  # steps in flight per repacking thread (see _prepared) [CONV-3]
 
 
@@ -82,6 +89,17 @@ class Step:
     layer: bool
     tensors: list[tuple[str, str, tuple[int, ...]]]  # (stored name, dtype, shape)
     family: str = "DENSE"  # "MARLIN", "AWQ" or "DENSE"
+
+    @property
+    def nbytes(self) -> int:
+        """The payload bytes the step stores (in a single file)."""
+        total = 0
+        for _name, dtype, shape in self.tensors:
+            length = DTYPE_BY_NAME[dtype].itemsize
+            for d in shape:
+                length *= d
+            total += length
+        return total
 
 
 @dataclass
@@ -99,9 +117,7 @@ class Plan:
         names = dims = 0
         for step in self.steps:
             for name, dtype, shape in step.tensors:
-                length = DTYPE_BY_NAME[dtype].itemsize
-                for d in shape:
-                    length *= d
+                length = Step(name, False, [(name, dtype, shape)]).nbytes
                 payload += length
                 names += len(name.encode())
                 dims += len(shape)
@@ -148,6 +164,14 @@ def make_plan(src: Checkpoint, *, hash_sources: bool = True) -> Plan:
     """The conversion order (natural name order; a layer where its first tensor sorts)."""
     plan = Plan()
     layers = set(src.layers())
+    if not layers:  # nothing to store in Marlin's layout: not what a user meant [CONV-4]
+        raise error("NOT_QUANTISED", "this checkpoint holds no quantised layer, so there is "
+                    "nothing to convert (quantise it first, e.g. AWQ W4A16 with AutoAWQ or "
+                    "llm-compressor, then convert the result)", offset=0,
+                    expected="at least one quantised linear layer (AWQ qweight/qzeros/scales, "
+                    "or compressed-tensors weight_packed)",
+                    found=f"{len(src)} tensors, none of them quantised: {src.source_format}",
+                    path=str(src.path))  # fmt: skip
     done: set[str] = set()
     for name in sorted(src.names(), key=natural_key):
         _check_name(src, name)
@@ -237,6 +261,9 @@ def convert(
 ) -> dict[str, Any]:
     """Convert and return the summary (the same dict ``--json`` prints).
 
+    ``progress`` shows two bars on stderr: the bytes converted (with the rate), then the
+    bytes verified.
+
     ``jobs`` threads (default :func:`default_jobs`) read and repack layers; the file is
     written in plan order, so the bytes do not depend on ``jobs`` [CONV-3].  With
     ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
@@ -249,7 +276,9 @@ def convert(
     with open_checkpoint(src_path) as src:
         plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
         split = None if tp_size is None else split_plan(src, plan, tp_size, tp_rules)
-        check = _verify_file if verify else None
+        payload = plan.sizes()["payload_bytes"]
+        bars = _Bars(progress, payload, verify_total=None if split is not None else payload)
+        check = bars.verify_file if verify else None
         sink: Writer | SetWriter | RankSetWriter
         if split is not None:
             sink = RankSetWriter(Path(dst_path), tp_size=split.plan.tp_size,
@@ -260,28 +289,36 @@ def convert(
         else:
             sink = SetWriter(Path(dst_path), max_size=max_shard_size, metadata=plan.metadata,
                              check=check, writeback=jobs > 1, jobs=jobs)  # fmt: skip
-        with _source_digests(src, background=jobs > 1) as digests, sink:
-            steps = _progress(plan.steps, enabled=progress)
+        with bars, _source_digests(src, background=jobs > 1) as digests, sink:
+            steps = plan.steps
             if isinstance(sink, RankSetWriter):
                 assert split is not None
-                for per_rank in _prepared(src, steps, jobs, split.prepare):
+                ranks = _prepared(src, steps, jobs, split.prepare)
+                for step, per_rank in zip(steps, ranks, strict=True):
                     sink.add_ranks(per_rank)
+                    bars.converted(step.nbytes)
             else:
-                for stored in _prepared(src, steps, jobs, _prepare_step):
+                prepared = _prepared(src, steps, jobs, _prepare_step)
+                for step, stored in zip(steps, prepared, strict=True):
                     if isinstance(sink, SetWriter):
                         sink.add_step(stored)
-                        continue
-                    for tensor in stored:
-                        sink.add(tensor.name, tensor.array, **tensor.fields)
+                    else:
+                        for tensor in stored:
+                            sink.add(tensor.name, tensor.array, **tensor.fields)
+                    bars.converted(step.nbytes)
             plan.metadata = plan_metadata(src, digests())  # the same length [META-3]
             if split is not None:
                 plan.metadata["tensor_parallel"] = split.plan.description()
             sink.set_metadata(plan.metadata)
+            bars.converting_done()
     summary = _summary(plan, dst_path)
     if isinstance(sink, (SetWriter, RankSetWriter)):
         summary["members"] = [{"name": p.name, "size": p.stat().st_size} for p in sink.members]
-    if isinstance(sink, SetWriter):
+    if isinstance(sink, SetWriter):  # the plan's sizes are one file's: the set's are the members'
         summary["max_shard_size"] = max_shard_size
+        if len(summary["members"]) > 1:
+            summary["file_size"] = sum(m["size"] for m in summary["members"])
+            del summary["index_bytes"], summary["padding_bytes"]  # one file's; not the set's
     if split is not None:  # the plan's sizes are the single file's: give the members' total
         for key in ("payload_bytes", "index_bytes", "padding_bytes"):
             del summary[key]
@@ -305,15 +342,18 @@ def convert_folder(
     max_shard_size: int | None = None,
     tp_size: int | None = None,
     tp_rules: Sequence[tuple[str, str]] = (),
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Convert a checkpoint folder to a servable model folder (:mod:`reference.sets.folder`):
     ``model.awq2`` (or, with ``max_shard_size``, a set of members no larger than that and
     its manifest [SET-10]; with ``tp_size``, a rank set [SET-11]), ``config.json`` naming
     ``awq_v2``, and the source's other files, all published at once [CONV-1, CONV-2, SET-9].
-    Returns :func:`convert`'s summary plus ``folder``, ``copied`` and ``not_copied``."""
+    Returns :func:`convert`'s summary plus ``folder``, ``copied`` and ``not_copied``.
+    ``overwrite`` lets a non-empty ``dst_dir`` be replaced, once the new folder is complete
+    and verified [CONV-2]."""
     src, dst = Path(src_path), Path(dst_dir)
     files = folder.plan_folder(src)
-    with folder.publishing(dst) as tmp:
+    with folder.publishing(dst, replace=overwrite) as tmp:
         in_folder = max_shard_size is not None or tp_size is not None
         target = tmp if in_folder else tmp / folder.MODEL_FILE
         summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
@@ -452,18 +492,64 @@ def _prepare_step(src: Checkpoint, step: Step) -> list[StoredTensor]:
     return stored
 
 
-def _verify_file(path: Path) -> None:
+def _verify_file(path: Path, progress: Callable[[int], object] | None = None) -> None:
     with Reader(path, validate=True) as reader:
-        reader.verify()
+        reader.verify(progress)
 
 
-def _progress(steps: list[Step], *, enabled: bool) -> Iterator[Step]:
-    if not enabled:
-        yield from steps
-        return
-    from tqdm import tqdm
+class _Bars:
+    """The progress a terminal shows on stderr: payload bytes converted, with the rate, then
+    payload bytes verified (every member of a set, as each is checked before publication).
+    Disabled, every method does nothing but the verification itself."""
 
-    yield from tqdm(steps, unit="tensor", desc="converting", file=sys.stderr, leave=False)
+    def __init__(self, enabled: bool, total: int, *, verify_total: int | None) -> None:
+        self._enabled, self._verify_total = enabled, verify_total
+        self._lock = threading.Lock()  # a set's members may be verified on several threads
+        self._converting: Any = None
+        self._verifying: Any = None
+        if enabled:
+            self._converting = self._bar("converting", total)
+
+    @staticmethod
+    def _bar(desc: str, total: int | None) -> Any:
+        from tqdm import tqdm
+
+        width = shutil.get_terminal_size((100, 24)).columns or 100  # 0 on a sizeless pty
+        return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr,
+                    ncols=width, leave=True)  # fmt: skip
+
+    def converted(self, nbytes: int) -> None:
+        if self._converting is not None:
+            self._converting.update(nbytes)
+
+    def converting_done(self) -> None:
+        if self._converting is not None:
+            self._converting.close()
+            self._converting = None
+
+    def verify_file(self, path: Path) -> None:
+        """The writer's check [WR-2]: full validation and every checksum, shown as it goes."""
+        if not self._enabled:
+            _verify_file(path)
+            return
+        with self._lock:
+            self.converting_done()
+            if self._verifying is None:
+                self._verifying = self._bar("verifying", self._verify_total)
+        _verify_file(path, self._verified)
+
+    def _verified(self, nbytes: int) -> None:
+        with self._lock:
+            self._verifying.update(nbytes)
+
+    def __enter__(self) -> _Bars:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.converting_done()
+        if self._verifying is not None:
+            self._verifying.close()
+            self._verifying = None
 
 
 def _summary(plan: Plan, dst: str | Path) -> dict[str, Any]:
@@ -480,7 +566,8 @@ def _summary(plan: Plan, dst: str | Path) -> dict[str, Any]:
 
 def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
     verb = "would write" if dry_run else "wrote"
-    files = f" in {len(summary['members'])} files" if "members" in summary else ""
+    members = summary.get("members", ())
+    files = f" in {len(members)} files" if len(members) > 1 else ""
     each = " in each rank" if "tp_size" in summary else ""
     print(f"{verb} {escape(str(summary['destination']))}: {summary['file_size']:,} bytes{files}, "
           f"{summary['tensors']} tensors{each}, {summary['layers']} quantised layers "
@@ -489,12 +576,15 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
         pad = summary["padding_bytes"] / max(summary["file_size"], 1)
         print(f"  payload {summary['payload_bytes']:,} B, index {summary['index_bytes']:,} B, "
               f"padding {summary['padding_bytes']:,} B ({pad:.2%})")  # fmt: skip
+    elif "payload_bytes" in summary:
+        rest = summary["file_size"] - summary["payload_bytes"]
+        print(f"  payload {summary['payload_bytes']:,} B; each file's header, index and "
+              f"alignment padding {rest:,} B in all")  # fmt: skip
     odd = summary["awq_layout_layers"]
     if odd:
         print(f"  {len(odd)} layers break Marlin's shape rules and keep the AWQ v1 layout (LAY-8):")
         for name in odd:
             print(f"    {escape(name)}")
-    members = summary.get("members", ())
     if "tp_size" in summary:
         family = summary["tp_rule_family"] or "given by --tp-rules"
         print(f"  a rank set for tensor parallelism {summary['tp_size']} (rules: {family}), "
@@ -516,26 +606,45 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
               "mapped file pages included")  # fmt: skip
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that with ``--json`` a usage error is a JSON document on stdout, like
+    every other outcome."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            _emit({"status": "error", "exit_status": EXIT_USAGE, "error": {"message": message}})
+            sys.exit(EXIT_USAGE)
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m reference.convert",
+    parser = _Parser(
+        prog="awq2-convert",
         description="Convert an AWQ v1 (AutoAWQ GEMM) or compressed-tensors pack-quantized "
         "(llm-compressor W4A16) checkpoint to AWQ-v2. Layers are stored "
         "pre-swizzled in vLLM's Marlin layout; the conversion streams tensor by tensor, so its "
         "own memory is about the largest tensor or layer plus the index, not the model. "
         "The output is validated and every checksum "
         "verified before it is renamed into place; a refused or interrupted conversion leaves "
-        "nothing at DST.",
-        epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error",
+        "nothing at DST. (python -m reference.convert is the same command.)",
+        epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error, "
+        "130 interrupted (Ctrl-C; nothing written)",
     )
     parser.add_argument(
         "src", type=Path, help="AWQ v1 or compressed-tensors checkpoint folder or .safetensors file"
     )
     parser.add_argument("dst", nargs="?",
-                        help="the .awq2 file to write; or, ending with '/' or naming an "
-                        "existing empty folder, the model folder to write: model.awq2, "
-                        "config.json (quant_method awq_v2) and a copy of every other file of "
-                        "SRC except the weights")  # fmt: skip
+                        help="a name ending in .awq2: the single file to write; any other name: "
+                        "the servable model folder to write (model.awq2 or a set, config.json "
+                        "with quant_method awq_v2 and a copy of every other file of SRC except "
+                        "the weights). An existing DST is refused unless it is an empty folder "
+                        "or --overwrite is given")  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing DST file or folder, only once the new "
+                        "output is complete and verified (a failure leaves the old one as it "
+                        "was)")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="threads that repack layers (default: the cores this process may "
                         "use); the output is byte-identical for every N")  # fmt: skip
@@ -556,7 +665,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout whatever the outcome: the "
+                        "summary, or the error (its code, message, expected and "
+                        "found)")  # fmt: skip
     return parser
 
 
@@ -567,12 +679,15 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tuple[int, str] | None:
+def check_paths(
+    src: Path, dst: Path | None, *, to_folder: bool = False, overwrite: bool = False
+) -> tuple[int, str] | None:
     """What is wrong with SRC and DST before anything is read or written: ``(exit status,
     message)``, or None.  A missing or unreadable SRC, and a DST whose folder does not exist,
-    are I/O errors; a DST file that is a
-    folder, would replace a file of the source, or has a name too long to write, and a DST
-    folder that :func:`reference.sets.folder.check_folder_paths` refuses, are usage errors."""
+    are I/O errors; an existing DST without ``overwrite`` (but an empty folder for a model
+    folder), a DST file that is a folder, would replace a file of the source, or has a name
+    too long to write, and a DST folder that :func:`reference.sets.folder.check_folder_paths`
+    refuses, are usage errors [CONV-2]."""
     if not src.exists():
         return EXIT_IO, f"cannot read {escape(str(src))}: no such file or folder"
     if not src.is_dir():
@@ -583,8 +698,7 @@ def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tupl
             return EXIT_IO, f"cannot read {escape(str(src))}: {exc.strerror or exc}"
         if head == MAGIC:
             return EXIT_USAGE, (
-                f"{escape(str(src))} is already an AWQ-v2 file "
-                "(python -m reference.dump explains it)"
+                f"{escape(str(src))} is already an AWQ-v2 file (awq2-dump explains it)"
             )
     if dst is None:
         return None
@@ -597,49 +711,120 @@ def check_paths(src: Path, dst: Path | None, *, to_folder: bool = False) -> tupl
     if len(dst.name.encode("utf-8", "surrogateescape")) > NAME_MAX:
         return EXIT_USAGE, f"DST's file name is longer than {NAME_MAX} bytes"
     if to_folder:
-        problem = folder.check_folder_paths(src, dst)
+        problem = folder.check_folder_paths(src, dst, overwrite=overwrite)
         return None if problem is None else (EXIT_USAGE, escape(problem))
     if dst.is_dir():
-        return EXIT_USAGE, f"DST {escape(str(dst))} is a folder; name the .awq2 file to write"
+        return EXIT_USAGE, (
+            f"DST {escape(str(dst))} is a folder; a DST ending in .awq2 names the file to write"
+        )
     sources = [p for p in src.iterdir() if p.is_file()] if src.is_dir() else [src]
     if dst.exists() and any(os.path.samefile(dst, p) for p in sources):
         return EXIT_USAGE, f"DST {escape(str(dst))} is a file of the source; it would be lost"
+    if (dst.exists() or dst.is_symlink()) and not overwrite:
+        return EXIT_USAGE, (
+            f"DST {escape(str(dst))} exists; pass --overwrite to replace it (only once the new "
+            "file is complete and verified)"
+        )
+    return None
+
+
+def _emit(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2))
+
+
+def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """What the options ask for that cannot be done, or None."""
+    if args.dst is None and not args.dry_run:
+        return "DST is required unless --dry-run"
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be at least 1, got {args.jobs}"
+    to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
+    if args.max_shard_size is not None and args.dst is not None and not to_folder:
+        return "--max-shard-size writes a set, which is a folder: DST must not end in .awq2"
+    if args.tp is not None and args.tp < 1:
+        return f"--tp must be at least 1, got {args.tp}"
+    if args.tp is not None and args.dst is not None and not to_folder:
+        return "--tp writes a rank set, which is a folder: DST must not end in .awq2"
+    if args.tp is not None and args.max_shard_size is not None:
+        return "--tp and --max-shard-size together are not supported yet"
+    if args.tp_rules is not None and args.tp is None:
+        return "--tp-rules needs --tp"
     return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status.  Every outcome is said once: a summary on
+    stdout, or one error line (and its details) on stderr; with ``--json``, one JSON document
+    on stdout either way."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    assert isinstance(parser, _Parser)
+    parser.json_errors = "--json" in argv
     args = parser.parse_args(argv)
-    if args.dst is None and not args.dry_run:
-        parser.error("DST is required unless --dry-run")
-    if args.jobs is not None and args.jobs < 1:
-        parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
-    if args.max_shard_size is not None and args.dst is not None and not to_folder:
-        parser.error("--max-shard-size writes a folder: end DST with '/' (a set is a folder)")
-    if args.tp is not None and args.tp < 1:
-        parser.error(f"--tp must be at least 1, got {args.tp}")
-    if args.tp is not None and args.dst is not None and not to_folder:
-        parser.error("--tp writes a folder: end DST with '/' (a rank set is a folder)")
-    if args.tp is not None and args.max_shard_size is not None:
-        parser.error("--tp and --max-shard-size together are not supported yet")
-    if args.tp_rules is not None and args.tp is None:
-        parser.error("--tp-rules needs --tp")
+    problem = _usage(parser, args)
+    if problem is not None:
+        parser.error(problem)
     try:
         tp_rules = [] if args.tp_rules is None else read_rules(args.tp_rules)
     except (OSError, ValueError) as exc:
         parser.error(f"--tp-rules: {exc}")
+    report = _Report(json_output=args.json)
+    try:
+        return _run(args, tp_rules, report)
+    except KeyboardInterrupt:
+        where = "" if args.dst is None else f"; nothing was written to {args.dst}"
+        return report.error(EXIT_INTERRUPTED, f"interrupted{where}", status="interrupted")
+
+
+class _Report:
+    """Says the outcome: text on stdout and stderr, or one JSON document on stdout."""
+
+    def __init__(self, *, json_output: bool) -> None:
+        self.json = json_output
+
+    def note(self, text: str) -> None:
+        """A remark on stderr that is not the outcome (left out of JSON output)."""
+        if not self.json:
+            print(escape(text), file=sys.stderr)
+
+    def error(self, exit_status: int, message: str, *, status: str = "error") -> int:
+        if self.json:
+            _emit({"status": status, "exit_status": exit_status, "error": {"message": message}})
+        else:
+            print(f"{'' if status == 'interrupted' else 'error: '}{message}", file=sys.stderr)
+        return exit_status
+
+    def refused(self, exc: FormatError) -> int:
+        if self.json:
+            detail = {"code": exc.code, "message": exc.message, "offset": exc.offset,
+                      "expected": _jsonable(exc.expected), "found": _jsonable(exc.found),
+                      "path": exc.path}  # fmt: skip
+            _emit({"status": "refused", "exit_status": EXIT_REFUSED, "error": detail})
+            return EXIT_REFUSED
+        print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
+        if exc.expected is not None or exc.found is not None:
+            print(f"  expected {escape(str(exc.expected))}, found {escape(str(exc.found))}",
+                  file=sys.stderr)  # fmt: skip
+        if exc.path:
+            print(f"  in {escape(exc.path)}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def _jsonable(value: Any) -> Any:
+    return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
+
+
+def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Report) -> int:
+    to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
     args.dst = None if args.dst is None else Path(args.dst)
-    refusal = check_paths(args.src, args.dst, to_folder=to_folder)
+    refusal = check_paths(args.src, args.dst, to_folder=to_folder, overwrite=args.overwrite)
     if refusal is not None:
         status, message = refusal
-        print(f"error: {message}", file=sys.stderr)
-        return status
+        return report.error(status, message)
     try:
         if args.dst is not None and not to_folder:
             for leftover in stale_partials(args.dst):
-                note = f"removing a partial file left by an interrupted run: {leftover}"
-                print(escape(note), file=sys.stderr)
+                report.note(f"removing a partial file left by an interrupted run: {leftover}")
                 leftover.unlink(missing_ok=True)
         if args.dry_run:
             with open_checkpoint(args.src) as src:
@@ -652,31 +837,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for s in plan.steps
             ]
         else:
-            progress = not args.quiet and sys.stderr.isatty()
+            progress = not args.quiet and not args.json and sys.stderr.isatty()
             if to_folder:
                 summary = convert_folder(args.src, args.dst, verify=not args.no_verify,
                                          jobs=args.jobs, progress=progress,
                                          max_shard_size=args.max_shard_size, tp_size=args.tp,
-                                         tp_rules=tp_rules)  # fmt: skip
+                                         tp_rules=tp_rules,
+                                         overwrite=args.overwrite)  # fmt: skip
             else:
                 summary = convert(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
                                   progress=progress)  # fmt: skip
     except FormatError as exc:
-        print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
-        if exc.expected is not None or exc.found is not None:
-            print(f"  expected {escape(str(exc.expected))}, found {escape(str(exc.found))}",
-                  file=sys.stderr)  # fmt: skip
-        if exc.path:
-            print(f"  in {escape(exc.path)}", file=sys.stderr)
-        return EXIT_REFUSED
+        return report.refused(exc)
     except OSError as exc:
-        print(f"error: {escape(str(exc))}", file=sys.stderr)
-        return EXIT_IO
+        return report.error(EXIT_IO, escape(str(exc)))
     for skipped in summary.get("not_copied", ()):  # said even with --quiet
-        note = f"not copied: {skipped['name']} ({skipped['reason']})"
-        print(escape(note), file=sys.stderr)
+        report.note(f"not copied: {skipped['name']} ({skipped['reason']})")
     if args.json:
-        print(json.dumps(summary, indent=2))
+        _emit({"status": "planned" if args.dry_run else "converted", "exit_status": EXIT_OK,
+               **summary})  # fmt: skip
     elif not args.quiet:
         _print_summary(summary, dry_run=args.dry_run)
         if args.dry_run:

@@ -410,6 +410,12 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "a member whose SHA-256 is not the set manifest's (found by verify)",
     ),
     ErrorCode(
+        "NOT_QUANTISED",
+        "LegacyError",
+        ("CONV-4",),
+        "a checkpoint with no quantised layer, given to a converter (quantise it first)",
+    ),
+    ErrorCode(
         "TP_NO_RULE",
         "SplitError",
         ("SET-11",),
@@ -428,6 +434,19 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         ("SET-11", "SET-12"),
         "attention-head counts missing from config.json or not matching a layer, or an "
         "architecture without a rule table (writing a rank set)",
+    ),
+    ErrorCode(
+        "TP_RANK_REQUIRED",
+        "SplitError",
+        ("SET-13",),
+        "one rank's part of a tensor or layer asked of a whole rank set without a rank "
+        "(reading a rank set)",
+    ),
+    ErrorCode(
+        "TP_METADATA_MISMATCH",
+        "SplitError",
+        ("SET-14",),
+        "members of a rank set whose metadata differ (reading a rank set's metadata)",
     ),
 )
 ERROR_BY_CODE = {e.code: e for e in ERROR_CODES}

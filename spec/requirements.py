@@ -498,13 +498,19 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "CONV-2",
         "MUST",
-        "A converter writing a model folder MUST publish it whole or not at all (written in a temporary sibling folder, renamed into place, removed on failure), MUST NOT replace a non-empty folder or write inside the source, and MUST NOT copy symbolic links that lead out of the source folder, sub-folders or files that are not regular; it names each one it leaves out.",
+        "A converter writing a model folder MUST publish it whole or not at all (written in a temporary sibling folder, renamed into place, removed on failure), MUST NOT replace an existing file or non-empty folder unless asked to (`--overwrite`), and then only once the new output is complete and verified, MUST NOT write inside the source or replace a folder that holds it, and MUST NOT copy symbolic links that lead out of the source folder, sub-folders or files that are not regular; it names each one it leaves out.",
         subject="converter",
     ),
     _r(
         "CONV-3",
         "MUST",
         "A converter that repacks layers in parallel MUST write the same bytes whatever the number of threads, and SHOULD hold no more than about one layer per thread in memory, whatever the model's size.",
+        subject="converter",
+    ),
+    _r(
+        "CONV-4",
+        "MUST",
+        "A converter MUST refuse, with `NOT_QUANTISED` and before it writes anything, a source that holds no quantised layer (a model that was never quantised: nothing in it has a Marlin or AWQ layout), and MUST name the source's format as it is in the provenance (`source_format`) and in what it prints, never as a quantised format the source is not.",
         subject="converter",
     ),
     # ---- file sets (2.1): several complete files, by size or one per tensor-parallel rank
@@ -636,6 +642,26 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "`(i, c) = (r // (T / kv), kv)`: each key/value head whole, replicated on `T / kv` "
         "consecutive ranks.",
         subject="writer",
+    ),
+    _r(
+        "SET-13",
+        "MUST",
+        "A reader that opens a whole rank set (every rank's members) MUST refuse, with "
+        "`TP_RANK_REQUIRED` naming the tensor or layer and how to give a rank, every access "
+        "whose answer is one rank's part of a tensor (an entry, a payload, a layer, its "
+        "dequantised weights) when no rank is given: rank `r`'s members hold a shard, never "
+        "the whole tensor (SET-11), and rank 0's shard is not the tensor. Names, the quantised "
+        "layers, the metadata (SET-14), validation and verification need no rank.",
+        subject="runtime",
+    ),
+    _r(
+        "SET-14",
+        "MUST",
+        "A rank set's writer writes the same metadata to every member (SET-11; a member's rank "
+        "is the manifest's fact, not the metadata's). A reader that gives a rank set's metadata "
+        "MUST compare every open member's with the first one's and refuse a difference with "
+        "`TP_METADATA_MISMATCH` naming both members, never show one member's as the set's.",
+        subject="runtime",
     ),
     # ---- checksums
     _r(

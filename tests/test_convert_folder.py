@@ -116,7 +116,8 @@ def test_a_single_awq2_file_is_written_as_before(tmp_path):
     ("make_dst", "words"),
     [
         (lambda tmp, src: f"{tmp}/full/", "is a folder that is not empty"),
-        (lambda tmp, src: f"{tmp}/afile/", "ends with '/' but is a file"),
+        (lambda tmp, src: f"{tmp}/afile/", "is an existing file"),
+        (lambda tmp, src: f"{tmp}/afile", "is an existing file"),
         (lambda tmp, src: f"{src}/inside/", "is inside SRC"),
     ],
 )

@@ -16,8 +16,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ct_checkpoints import write_ct_checkpoint
-from test_legacy_rejects import PF, V1_PREFIX, K, N, _raw, base, ct_folder, refused, v1_folder
+from ct_checkpoints import write_ct_checkpoint, write_safetensors
+from test_legacy_rejects import (
+    PF,
+    V1_PREFIX,
+    V1_QUANT,
+    K,
+    N,
+    _raw,
+    _v1_tensors,
+    base,
+    ct_folder,
+    refused,
+    v1_folder,
+)
 
 import reference
 from reference.convert import main as convert_main
@@ -46,11 +58,20 @@ def _converted(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 def _dense_only(tmp_path: Path, header: dict, data: bytes) -> Path:
-    """An AWQ v1 folder without quantised layers: ``config.json`` and one hand-made shard."""
+    """An AWQ v1 folder whose second shard holds only plain tensors: one hand-made shard
+    (``header`` and ``data``) beside a valid shard of one quantised layer (a checkpoint with
+    no quantised layer at all is refused before any tensor is read, CONV-4)."""
     folder = tmp_path / "dense"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    _raw(folder / "model.safetensors", json.dumps(header).encode(), data=data)
+    doc = {"model_type": "llama", "hidden_size": K, "quantization_config": V1_QUANT}
+    (folder / "config.json").write_text(json.dumps(doc))
+    layer = _v1_tensors()
+    write_safetensors(folder / "model-00001-of-00002.safetensors", layer)
+    _raw(folder / "model-00002-of-00002.safetensors", json.dumps(header).encode(), data=data)
+    weight_map = {name: "model-00001-of-00002.safetensors" for name in layer}
+    weight_map.update({name: "model-00002-of-00002.safetensors" for name in header})
+    index = {"metadata": {}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     return folder
 
 
@@ -127,7 +148,7 @@ def test_safetensors_layout_checked_whatever_the_dtype(tmp_path, capsys, dtype, 
               for i, start in enumerate(starts)}  # fmt: skip
     folder = _dense_only(tmp_path, header, bytes(chunks * size))
     with reference.open(folder) as src:  # the header entries themselves are well formed
-        assert src.names() == sorted(header)
+        assert set(header) <= set(src.names())
         with pytest.raises(reference.LegacyError) as raised:
             src.tensor("t0")
     assert raised.value.code == "V1_INCOMPLETE" and raised.value.offset == 8

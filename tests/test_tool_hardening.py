@@ -248,11 +248,21 @@ def test_convert_refuses_to_replace_its_own_source(tmp_path):
     src = write_checkpoint(tmp_path / "ckpt")
     weights = src / "model.safetensors"
     before = _digest(weights)
+    # A DST not ending in .awq2 names a model folder: an existing file is never one.
     for dst in (weights, src / "." / "model.safetensors"):
         result = _run("-m", "reference.convert", str(weights), str(dst))
-        assert result.returncode == 2 and "file of the source" in result.stderr, result
+        assert result.returncode == 2 and "needs a checkpoint folder" in result.stderr, result
         result = _run("-m", "reference.convert", str(src), str(dst))
+        assert result.returncode == 2 and "is an existing file" in result.stderr, result
+    # An .awq2 name that is the source's file (a link to it), even with --overwrite.
+    link = src / "weights.awq2"
+    link.symlink_to("model.safetensors")
+    for extra in ((), ("--overwrite",)):
+        result = _run("-m", "reference.convert", str(weights), str(link), *extra)
         assert result.returncode == 2 and "file of the source" in result.stderr, result
+        result = _run("-m", "reference.convert", str(src), str(link), *extra)
+        assert result.returncode == 2 and "file of the source" in result.stderr, result
+    link.unlink()
     assert _digest(weights) == before and _no_partials(src)
 
 
@@ -302,8 +312,12 @@ def test_escape_leaves_nothing_a_terminal_acts_on(raw, shown):
 
 def test_convert_dry_run_escapes_names_from_the_file(tmp_path):
     """Finding 5: ``convert --dry-run`` printed tensor names raw."""
-    src = tmp_path / "evil.safetensors"
-    save_file({"evil\x1b]0;title\x07\u202e.weight": np.zeros(4, np.float16)}, str(src))
+    folder = write_checkpoint(tmp_path / "ckpt")  # quantised layers and a config beside it
+    with reference.open(folder) as ckpt:
+        tensors = {name: np.array(ckpt.tensor(name)) for name in ckpt.names()}
+    tensors["evil\x1b]0;title\x07\u202e.weight"] = np.zeros(4, np.float16)
+    src = folder / "model.safetensors"
+    save_file(tensors, str(src))
     result = _run("-m", "reference.convert", str(src), "--dry-run")
     assert result.returncode == 0, result
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -301,9 +301,10 @@ class Reader:
         self._metadata_cache = validated.metadata
         return validated
 
-    def verify(self) -> None:
+    def verify(self, progress: Callable[[int], object] | None = None) -> None:
         """Full validation plus every payload checksum [ENT-10], in increasing data_offset
-        order, ties in index order (the order of payload placement)."""
+        order, ties in index order (the order of payload placement).  ``progress``, if given,
+        is called with each payload's length once its checksum has been checked."""
         self.validate()
         index = self._index
         buf = index.buf
@@ -315,6 +316,8 @@ class Reader:
                 raise checksum_mismatch(
                     "BAD_TENSOR_CHECKSUM", message, info.offset, crc, info.data_crc
                 )
+            if progress is not None:
+                progress(info.length)
 
     # ------------------------------------------------------------------ lifetime
 

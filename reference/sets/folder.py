@@ -19,8 +19,10 @@ at a time.
 Publication [CONV-2]: everything is written into a temporary sibling folder,
 ``.<DST name>.partial-<random>``, flushed to storage, then renamed to DST in one step; a
 failure removes the temporary folder, so a reader sees no DST or a complete one.  DST must
-not exist or be an empty folder (a non-empty one is refused, never replaced).  The source is
-only read.
+not exist or be an empty folder; a non-empty one is refused unless the user asks for it to be
+replaced (``--overwrite``): then it is moved aside only once the new folder is complete and
+verified, and deleted after the new one has taken its name.  The source is only read, and a
+DST that holds the source is never replaced.
 """
 
 from __future__ import annotations
@@ -57,26 +59,32 @@ class FolderPlan:
 
 
 def is_folder_destination(dst: str) -> bool:
-    """DST names a folder when it ends with a path separator or is an existing folder;
-    anything else names the ``.awq2`` file to write, as before [CONV-1]."""
+    """DST names a model folder unless it names an ``.awq2`` file: a DST that ends with a path
+    separator, or whose name does not end in ``.awq2`` (in any case), is a folder [CONV-1]."""
     ends = dst.endswith(os.sep) or (os.altsep is not None and dst.endswith(os.altsep))
-    return ends or os.path.isdir(dst)
+    return ends or not dst.lower().endswith(".awq2")
 
 
-def check_folder_paths(src: Path, dst: Path) -> str | None:
-    """What makes ``src -> dst/`` impossible, before anything is read: a message, or None."""
+def check_folder_paths(src: Path, dst: Path, *, overwrite: bool = False) -> str | None:
+    """What makes ``src -> dst/`` impossible, before anything is read: a message, or None.
+    An existing non-empty DST is refused unless ``overwrite`` [CONV-2]."""
     if not src.is_dir():
-        return "a folder DST needs a checkpoint folder as SRC (its other files are copied)"
+        return ("a model folder DST needs a checkpoint folder as SRC (its other files are "
+                "copied); to write a single file, end DST with .awq2")  # fmt: skip
     if not (src / CONFIG_FILE).is_file():
-        return f"a folder DST needs {CONFIG_FILE} in SRC (an engine reads it)"
+        return f"a model folder DST needs {CONFIG_FILE} in SRC (an engine reads it)"
     if dst.exists() and not dst.is_dir():
-        return f"DST {dst} ends with '/' but is a file"
-    if dst.is_dir() and any(dst.iterdir()):
-        return f"DST {dst} is a folder that is not empty; nothing is replaced"
-    parent = dst.resolve().parent
+        return (f"DST {dst} is an existing file; a DST that does not end in .awq2 names a "
+                "model folder")  # fmt: skip
     inside = src.resolve()
-    if parent == inside or inside in parent.parents or dst.resolve() == inside:
+    target = dst.resolve()
+    if target == inside or inside in target.parents:
         return f"DST {dst} is inside SRC; the source is never written to"
+    if target in inside.parents:
+        return f"SRC {src} is inside DST {dst}; replacing DST would delete the source"
+    if dst.is_dir() and any(dst.iterdir()) and not overwrite:
+        return (f"DST {dst} is a folder that is not empty; pass --overwrite to replace it "
+                "(only once the new folder is complete and verified)")  # fmt: skip
     return None
 
 
@@ -157,9 +165,11 @@ def write_text(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def publishing(dst: Path) -> Iterator[Path]:
+def publishing(dst: Path, *, replace: bool = False) -> Iterator[Path]:
     """A temporary sibling folder to fill; renamed to ``dst`` when the block ends normally,
-    removed when it raises [CONV-2]."""
+    removed when it raises [CONV-2].  ``dst`` may be missing or an empty folder; with
+    ``replace`` it may also be a folder that holds something, which is moved aside once the
+    new folder is complete, then deleted (restored if the new one cannot take its place)."""
     parent = dst.parent if str(dst.parent) else Path(".")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.partial-", dir=parent))
     try:
@@ -168,11 +178,32 @@ def publishing(dst: Path) -> Iterator[Path]:
         os.umask(mask)
         os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700; DST gets what mkdir would give
         _fsync_dir(tmp)
-        os.rename(tmp, dst)  # onto a missing or empty folder, in one step
+        if replace and dst.is_dir() and any(dst.iterdir()):
+            _swap_in(tmp, dst, parent)
+        else:
+            os.rename(tmp, dst)  # onto a missing or empty folder, in one step
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_dir(parent)
+
+
+def _swap_in(new: Path, dst: Path, parent: Path) -> None:
+    """Replace the non-empty folder ``dst`` by ``new``: ``dst`` is renamed aside (onto an empty
+    folder of its own, which rename(2) allows), ``new`` takes its name, then the old one is
+    deleted.  If ``new`` cannot take the name, the old folder is put back."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.replaced-", dir=parent))
+    try:
+        os.rename(dst, aside)
+    except BaseException:
+        aside.rmdir()
+        raise
+    try:
+        os.rename(new, dst)
+    except BaseException:
+        os.rename(aside, dst)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -116,7 +116,16 @@ class V1Reader(CheckpointReader):
 
     format_version = "1"
     family = "V1"
-    source_format = "AWQ v1 (AutoAWQ GEMM, safetensors)"
+
+    @property
+    def source_format(self) -> str:
+        """What the checkpoint is, said truthfully [CONV-4]: AWQ v1 only when it holds an AWQ
+        layer; a checkpoint without one (a model never quantised) is plain safetensors."""
+        if self._layers:
+            return "AWQ v1 (AutoAWQ GEMM, safetensors)"
+        if self.quant is None:
+            return "safetensors, not quantised (no quantisation config)"
+        return "safetensors, not quantised (an AWQ config, but no quantised layer)"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
