@@ -1,4 +1,4 @@
-"""``python -m conformance.run [--loader "CMD {file}"]...``: check loaders against the vectors.
+"""``awq2-conformance [--loader "CMD {file}"]...``: check loaders against the vectors.
 
 The adapter protocol (language-neutral; published in the docs with its JSON Schemas):
 
@@ -46,8 +46,10 @@ else (:mod:`conformance.suite`).  The header names the suite's version and the s
 and so does ``--report-json``.
 
 Exit status: 0 when every verdict passes, 1 when any fails, 2 usage, suite (a tampered or
-incomplete suite, an unsafe archive) or build error.  Installed, ``awq2-conformance`` is the
-same command.
+incomplete suite, an unsafe archive) or build error, 130 interrupted (Ctrl-C: the running
+loader's process group is killed and the temporary folders removed, then one line,
+``interrupted``, on stderr).  ``awq2-conformance`` is the installed console script;
+``python -m conformance.run`` is the same command.
 """
 
 from __future__ import annotations
@@ -664,7 +666,7 @@ def write_junit(path: Path, loaders: list[Loader], outcomes: list[Outcome]) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance.run",
+        prog="awq2-conformance",
         description="Run AWQ-v2 loaders over the conformance vectors and print the results "
         "matrix. A loader is a command; {file} is replaced by each vector's path. Exit 0 + JSON "
         "document = accept, exit 1 (+ optional error code) = reject, anything else = crash.",
@@ -673,7 +675,8 @@ def build_parser() -> argparse.ArgumentParser:
         "missing or stale, or into ${XDG_CACHE_HOME:-~/.cache}/awq-v2/c-loader/ when the "
         "package folder is read-only). Loaders run in the current folder. "
         "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, build error, or a suite "
-        "whose files differ from its manifest (nothing is run). "
+        "whose files differ from its manifest (nothing is run), 130 interrupted. "
+        "Also run as python -m conformance.run. "
         'Example: --loader "ref=python -m conformance.adapters.reference {file}" '
         '--loader "c=conformance/adapters/c/build/awq2c {file}"; or simply '
         "--loader reference --loader c",
@@ -702,6 +705,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The exit status of an interrupted run (128 + SIGINT), as a shell reports it.
+EXIT_INTERRUPTED = 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -711,6 +718,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = "\n".join(map(escape, str(exc).split("\n")))
         print(f"error: {output}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the loader's group is killed, the folders removed, on the way
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 @contextmanager

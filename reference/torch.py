@@ -26,6 +26,11 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
   refusals are :class:`TorchSaveError` (a ``ValueError``; the metadata one also a
   ``TypeError``) with a stable ``code``, the tensor's name and what was expected; safetensors
   raises a ``RuntimeError`` for overlapping tensors, this module a ``TorchSaveError``.
+  ``metadata`` here is what :func:`reference.save` takes, a JSON object [META-1]: a
+  ``dict[str, str]`` as safetensors takes it, and nested objects, lists, numbers, booleans
+  and null too (:func:`~reference.format.metadata.encode_metadata` checks both).  A tensor on
+  PyTorch's ``meta`` device has no data: it is refused by name (safetensors fails inside
+  torch, ``NotImplementedError``).
 
 The file's bytes are little-endian and torch tensors hold native-order bytes: this module
 assumes a little-endian host (``safetensors.torch`` byteswaps on a big-endian one; this
@@ -64,6 +69,7 @@ import torch
 from numpy.typing import NDArray
 
 from reference.format.layers import PARTS
+from reference.format.metadata import encode_metadata
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
 from reference.format.validate import check_slab
@@ -106,7 +112,8 @@ class TorchSaveError(ValueError):
 
 
 class TorchMetadataError(TorchSaveError, TypeError):
-    """Metadata that is not ``dict[str, str]`` (safetensors raises ``TypeError`` there)."""
+    """Metadata that :func:`reference.save` refuses too: not a JSON object, or one a reader
+    would reject [META-5, LIM-5] (a ``TypeError``, as safetensors raises for bad metadata)."""
 
 
 # ------------------------------------------------------------------------------------- loading
@@ -307,11 +314,13 @@ def from_array(array: NDArray[Any], device: Any = "cpu") -> torch.Tensor:
 def save_file(
     tensors: Mapping[str, torch.Tensor],
     filename: str | os.PathLike[str],
-    metadata: Mapping[str, str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``tensors`` (a dict of dense, contiguous, non-overlapping tensors) to an AWQ-v2
-    file, in dict order, like ``safetensors.torch.save_file``; ``metadata`` is ``dict[str,
-    str]``, stored as the file's metadata object [META-1]."""
+    """Write ``tensors`` (a dict of dense, contiguous, non-overlapping tensors that hold
+    data: none on the ``meta`` device) to an AWQ-v2 file, in dict order, like
+    ``safetensors.torch.save_file``; ``metadata`` is what :func:`reference.save` takes, a
+    JSON object (safetensors' ``dict[str, str]`` is one), stored as the file's metadata
+    object [META-1]."""
     _check_metadata(metadata)
     if not isinstance(tensors, dict):
         raise TorchSaveError("TORCH_NOT_A_DICT", None, "dict[str, torch.Tensor]", type(tensors))
@@ -331,19 +340,21 @@ def raw_array(tensor: torch.Tensor) -> NDArray[Any]:
 
 
 def _check_metadata(metadata: Any) -> None:
-    if metadata is None:
-        return
-    if not isinstance(metadata, dict):
-        raise TorchMetadataError("TORCH_BAD_METADATA", None, "dict[str, str]", type(metadata))
-    for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            found = f"{type(key).__name__} key {key!r} with a {type(value).__name__} value"
-            raise TorchMetadataError("TORCH_BAD_METADATA", None, "dict[str, str]", found)
+    """Refuse what :func:`reference.save` refuses, by the same function, before a file is
+    opened."""
+    try:
+        encode_metadata(metadata)
+    except (TypeError, ValueError) as exc:
+        expected = "a JSON object, as reference.save takes it"
+        raise TorchMetadataError("TORCH_BAD_METADATA", None, expected, str(exc)) from exc
 
 
 def _check_tensor(name: str, tensor: Any) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TorchSaveError("TORCH_NOT_A_TENSOR", name, "torch.Tensor", type(tensor))
+    if tensor.device.type == "meta":
+        found = "a tensor on the meta device: it has no data to save"
+        raise TorchSaveError("TORCH_META_DEVICE", name, "a tensor with data", found)
     if tensor.layout != torch.strided:
         raise TorchSaveError("TORCH_SPARSE", name, "a dense (strided) tensor", tensor.layout)
     if tensor.dtype not in _DTYPE_OF_TORCH:
@@ -379,6 +390,7 @@ __all__ = [
     "from_array",
     "load_file",
     "load_linear",
+    "raw_array",
     "read_entries",
     "save_file",
 ]

@@ -12,6 +12,8 @@ turns a missing torch into a failure instead of a skip (``.ci/run``, "real quant
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -421,11 +423,11 @@ def test_save_file_accepts_views_of_one_storage_that_do_not_overlap(tmp_path: Pa
         ({"s": torch.zeros(3, 3).to_sparse()}, None, "TORCH_SPARSE", "s"),
         ({"n": np.zeros(3)}, None, "TORCH_NOT_A_TENSOR", "n"),
         ([("a", torch.zeros(1))], None, "TORCH_NOT_A_DICT", None),
-        ({"a": torch.zeros(1)}, {"k": 1}, "TORCH_BAD_METADATA", None),
-        ({"a": torch.zeros(1)}, {1: "v"}, "TORCH_BAD_METADATA", None),
+        ({"a": torch.zeros(1)}, {"k": {1, 2}}, "TORCH_BAD_METADATA", None),
+        ({"a": torch.zeros(1)}, {"k": float("nan")}, "TORCH_BAD_METADATA", None),
         ({"a": torch.zeros(1)}, "k=v", "TORCH_BAD_METADATA", None),
     ],
-    ids=["transposed", "sparse", "numpy", "list", "int-value", "int-key", "str"],
+    ids=["transposed", "sparse", "numpy", "list", "set-value", "nan-value", "str"],
 )
 def test_save_file_refuses_what_safetensors_refuses_with_a_code(
     tmp_path: Path, tensors, metadata, code: str, name: str | None
@@ -456,6 +458,82 @@ def test_save_file_refuses_a_dtype_the_format_lacks(tmp_path: Path, tensor) -> N
     assert not (tmp_path / "x.awq2").exists()
 
 
+def _nested(depth: int) -> list:
+    """A list nested ``depth`` deep: past the metadata depth limit (64) [LIM-5] at 70."""
+    out: list = []
+    for _ in range(depth - 1):
+        out = [out]
+    return out
+
+
+#: Metadata both writers take (a JSON object [META-1]): safetensors' str -> str, nested
+#: values, and what json writes as a JSON object (a tuple is an array, an int key a string).
+METADATA_ACCEPTED = {
+    "none": None,
+    "empty": {},
+    "str-str": {"format": "pt", "note": "ünïcode"},
+    "nested": {
+        "format": "pt",
+        "config": {"hidden_size": 256, "rope": {"theta": 1e4, "scaling": None}},
+        "layers": [0, 1.5, -2, True, False, "x", [], {}],
+    },
+    "tuple-and-int-key": {"shape": (2, 3), "ids": {7: "seven", 8: "eight"}},
+}
+
+#: Metadata both refuse: not a JSON object, or one a reader would reject [META-5, LIM-5].
+METADATA_REFUSED = {
+    "a-list": [("format", "pt")],
+    "a-str": "format=pt",
+    "a-set-value": {"k": {1, 2}},
+    "an-object-value": {"k": object()},
+    "nan": {"k": float("nan")},
+    "infinity": {"k": {"deep": [float("inf")]}},
+    "a-tuple-key": {("a", "b"): "v"},
+    "too-deep": {"k": _nested(70)},
+}
+
+
+@pytest.mark.parametrize("metadata", METADATA_ACCEPTED.values(), ids=METADATA_ACCEPTED)
+def test_save_file_takes_the_metadata_reference_save_takes(tmp_path: Path, metadata) -> None:
+    """The same tensors and metadata through reference.save (NumPy) and save_file (torch):
+    byte-identical files, the metadata as a reader reads it back."""
+    arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float16)}
+    by_numpy = reference.save(tmp_path / "numpy.awq2", arrays, metadata)
+    by_torch = tmp_path / "torch.awq2"
+    rt.save_file({k: torch.from_numpy(a) for k, a in arrays.items()}, by_torch, metadata)
+    assert by_torch.read_bytes() == by_numpy.read_bytes()
+    with reference.open(by_torch, validate=True) as f:  # no metadata reads as {} [META-1]
+        assert f.metadata == json.loads(json.dumps(metadata or {}))
+
+
+@pytest.mark.parametrize("metadata", METADATA_REFUSED.values(), ids=METADATA_REFUSED)
+def test_save_file_refuses_the_metadata_reference_save_refuses(tmp_path: Path, metadata) -> None:
+    arrays = {"w": np.zeros(3, np.float32)}
+    with pytest.raises((TypeError, ValueError)) as by_numpy:
+        reference.save(tmp_path / "numpy.awq2", arrays, metadata)
+    with pytest.raises(rt.TorchMetadataError) as by_torch:
+        rt.save_file({"w": torch.zeros(3)}, tmp_path / "torch.awq2", metadata)
+    assert by_torch.value.code == "TORCH_BAD_METADATA" and by_torch.value.name is None
+    assert str(by_numpy.value) in str(by_torch.value)  # the same check said it
+    assert isinstance(by_torch.value, TypeError) and isinstance(by_torch.value, ValueError)
+    assert not (tmp_path / "torch.awq2").exists()
+
+
+def test_save_file_refuses_a_meta_tensor_by_name(tmp_path: Path) -> None:
+    """A ``meta`` tensor has a shape and a dtype but no bytes: refused before anything is
+    written, naming the tensor and the device (safetensors fails inside torch)."""
+    tensors = {"ok": torch.ones(2), "w": torch.empty(4, 8, device="meta")}
+    with pytest.raises(NotImplementedError):
+        safetensors.torch.save_file(tensors, tmp_path / "x.safetensors")
+    with pytest.raises(rt.TorchSaveError) as caught:
+        rt.save_file(tensors, tmp_path / "x.awq2")
+    assert isinstance(caught.value, ValueError)
+    assert (caught.value.code, caught.value.name) == ("TORCH_META_DEVICE", "w")
+    assert "'w'" in str(caught.value)
+    assert "on the meta device: it has no data to save" in str(caught.value)
+    assert not (tmp_path / "x.awq2").exists()
+
+
 def test_save_file_refuses_overlapping_tensors(tmp_path: Path) -> None:
     base = torch.zeros(10)
     with pytest.raises(RuntimeError):
@@ -463,6 +541,36 @@ def test_save_file_refuses_overlapping_tensors(tmp_path: Path) -> None:
     with pytest.raises(rt.TorchSaveError) as caught:
         rt.save_file({"a": base, "b": base[2:6]}, tmp_path / "x.awq2")
     assert caught.value.code == "TORCH_SHARED_MEMORY" and caught.value.name == "b"
+
+
+# ------------------------------------------------------------------------------ the public API
+
+
+def test_star_import_gives_the_public_api_each_documented() -> None:
+    """``__all__`` is every public name the module defines (nothing it imports), no more, and
+    ``from reference.torch import *`` gives exactly those; each function and class has a
+    docstring of its own, the constant a ``#:`` comment."""
+    source = (ROOT / "reference" / "torch.py").read_text(encoding="utf-8")
+    defined = set()
+    for node in ast.parse(source).body:  # what the module itself defines at its top level
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    public = {name for name in defined if not name.startswith("_")}
+    assert sorted(rt.__all__) == sorted(public)
+    namespace: dict = {}
+    exec("from reference.torch import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(rt.__all__)
+    for name in rt.__all__:
+        value = getattr(rt, name)
+        if callable(value):
+            assert (value.__doc__ or "").strip(), f"{name} has no docstring"
+            assert value.__doc__ != type(value).__doc__, f"{name}: only its type's docstring"
+        else:
+            assert re.search(rf"^#: .+\n{name}\b", source, re.MULTILINE), f"{name} undocumented"
 
 
 # ------------------------------------------------------------------------------ the docs
