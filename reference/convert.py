@@ -312,24 +312,29 @@ def convert(
             sink.set_metadata(plan.metadata)
             bars.converting_done()
     summary = _summary(plan, dst_path)
-    if isinstance(sink, (SetWriter, RankSetWriter)):
-        summary["members"] = [{"name": p.name, "size": p.stat().st_size} for p in sink.members]
-    if isinstance(sink, SetWriter):  # the plan's sizes are one file's: the set's are the members'
+    _members_summary(summary, sink, split)
+    if isinstance(sink, SetWriter):
         summary["max_shard_size"] = max_shard_size
-        if len(summary["members"]) > 1:
-            summary["file_size"] = sum(m["size"] for m in summary["members"])
-            del summary["index_bytes"], summary["padding_bytes"]  # one file's; not the set's
-    if split is not None:  # the plan's sizes are the single file's: give the members' total
-        for key in ("payload_bytes", "index_bytes", "padding_bytes"):
-            del summary[key]
-        summary["file_size"] = sum(m["size"] for m in summary["members"])
-        summary["tp_size"] = split.plan.tp_size
-        summary["tp_rule_family"] = split.plan.family
     summary["verified"] = verify
     summary["jobs"] = jobs
     summary["seconds"] = round(time.perf_counter() - started, 3)
     summary["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return summary
+
+
+def _members_summary(summary: dict[str, Any], sink: object, split: Split | None) -> None:
+    """A set's figures in ``summary``: its members, and the bytes on disk (the plan's sizes are
+    one file's: a set adds a header, an index and padding per member)."""
+    if not isinstance(sink, (SetWriter, RankSetWriter)):
+        return
+    summary["members"] = [{"name": p.name, "size": p.stat().st_size} for p in sink.members]
+    if len(summary["members"]) > 1 or split is not None:
+        summary["file_size"] = sum(m["size"] for m in summary["members"])
+        del summary["index_bytes"], summary["padding_bytes"]
+    if split is not None:  # the payload too: replicated tensors are in every rank
+        del summary["payload_bytes"]
+        summary["tp_size"] = split.plan.tp_size
+        summary["tp_rule_family"] = split.plan.family
 
 
 def convert_folder(
@@ -817,6 +822,8 @@ def _jsonable(value: Any) -> Any:
 def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Report) -> int:
     to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
     args.dst = None if args.dst is None else Path(args.dst)
+    if to_folder and args.dst.is_symlink():  # a link to a folder elsewhere: publish there
+        args.dst = Path(os.path.realpath(args.dst))
     refusal = check_paths(args.src, args.dst, to_folder=to_folder, overwrite=args.overwrite)
     if refusal is not None:
         status, message = refusal
@@ -826,6 +833,10 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
             for leftover in stale_partials(args.dst):
                 report.note(f"removing a partial file left by an interrupted run: {leftover}")
                 leftover.unlink(missing_ok=True)
+        if args.dst is not None and to_folder:
+            for left in folder.stale_partial_folders(args.dst):
+                report.note(f"removing a partial folder left by an interrupted run: {left}")
+                shutil.rmtree(left, ignore_errors=True)
         if args.dry_run:
             with open_checkpoint(args.src) as src:
                 plan = make_plan(src, hash_sources=False)

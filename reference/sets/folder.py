@@ -16,18 +16,20 @@ that lead out of the source folder (a link to a file inside it is copied as that
 anything that is not a regular file (FIFOs, sockets, devices).  Copies are streamed, 1 MiB
 at a time.
 
-Publication [CONV-2]: everything is written into a temporary sibling folder,
-``.<DST name>.partial-<random>``, flushed to storage, then renamed to DST in one step; a
-failure removes the temporary folder, so a reader sees no DST or a complete one.  DST must
-not exist or be an empty folder; a non-empty one is refused unless the user asks for it to be
-replaced (``--overwrite``): then it is moved aside only once the new folder is complete and
-verified, and deleted after the new one has taken its name.  The source is only read, and a
-DST that holds the source is never replaced.
+Publication [CONV-2]: everything is written into a temporary sibling folder (a partial
+folder, named and locked as :mod:`reference.write.partial` describes, so that a later run can
+tell one left by a killed conversion and remove it), flushed to storage, then renamed to DST
+in one step; a failure removes the temporary folder, so a reader sees no DST or a complete
+one.  DST must not exist or be an empty folder; a non-empty one is refused unless the user
+asks for it to be replaced (``--overwrite``): then it is moved aside only once the new folder
+is complete and verified, and deleted after the new one has taken its name.  The source is
+only read, and a DST that holds the source is never replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import os
 import shutil
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from reference.ground.files import open_regular
+from reference.write import partial
 
 #: The weights file inside the folder.
 MODEL_FILE = "model.awq2"
@@ -82,6 +85,10 @@ def check_folder_paths(src: Path, dst: Path, *, overwrite: bool = False) -> str 
         return f"DST {dst} is inside SRC; the source is never written to"
     if target in inside.parents:
         return f"SRC {src} is inside DST {dst}; replacing DST would delete the source"
+    if dst.is_dir() and os.stat(dst).st_dev != os.stat(target.parent).st_dev:
+        return (f"DST {dst} is a mount point (a file system of its own): a model folder is "
+                "published by renaming a sibling folder onto DST, which cannot cross file "
+                f"systems; name a folder inside it, such as {dst / 'model'}")  # fmt: skip
     if dst.is_dir() and any(dst.iterdir()) and not overwrite:
         return (f"DST {dst} is a folder that is not empty; pass --overwrite to replace it "
                 "(only once the new folder is complete and verified)")  # fmt: skip
@@ -171,7 +178,7 @@ def publishing(dst: Path, *, replace: bool = False) -> Iterator[Path]:
     ``replace`` it may also be a folder that holds something, which is moved aside once the
     new folder is complete, then deleted (restored if the new one cannot take its place)."""
     parent = dst.parent if str(dst.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.partial-", dir=parent))
+    tmp, lock = partial.create_folder(dst)  # named and locked as a partial file is [WR-3]
     try:
         yield tmp
         mask = os.umask(0o022)
@@ -181,18 +188,41 @@ def publishing(dst: Path, *, replace: bool = False) -> Iterator[Path]:
         if replace and dst.is_dir() and any(dst.iterdir()):
             _swap_in(tmp, dst, parent)
         else:
-            os.rename(tmp, dst)  # onto a missing or empty folder, in one step
+            _rename_onto(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(lock)
     _fsync_dir(parent)
+
+
+def _rename_onto(tmp: Path, dst: Path) -> None:
+    """One rename onto a missing or empty folder; a DST that gained files meanwhile (another
+    conversion got there first) is said with the user's path, never the partial's name."""
+    try:
+        os.rename(tmp, dst)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            message = f"{dst} was filled while this conversion ran (another process?); it was "
+            raise FileExistsError(exc.errno, message + "left as it is") from exc
+        if exc.errno == errno.ENOTDIR:
+            message = f"{dst} became a file while this conversion ran; it was left as it is"
+            raise NotADirectoryError(exc.errno, message) from exc
+        raise OSError(exc.errno, f"cannot publish {dst}: {exc.strerror}") from exc
+
+
+def stale_partial_folders(dst: Path) -> list[Path]:
+    """Partial folders of ``dst`` left by conversions that were killed (their process is
+    gone and holds no lock): :func:`reference.write.partial.stale_partials`."""
+    return partial.stale_partials(dst, folders=True)
 
 
 def _swap_in(new: Path, dst: Path, parent: Path) -> None:
     """Replace the non-empty folder ``dst`` by ``new``: ``dst`` is renamed aside (onto an empty
     folder of its own, which rename(2) allows), ``new`` takes its name, then the old one is
     deleted.  If ``new`` cannot take the name, the old folder is put back."""
-    aside = Path(tempfile.mkdtemp(prefix=f".{dst.name}.replaced-", dir=parent))
+    aside = Path(tempfile.mkdtemp(prefix=".awq2-replaced-", dir=parent))
     try:
         os.rename(dst, aside)
     except BaseException:
@@ -226,5 +256,6 @@ __all__ = [
     "publishing",
     "servable_config",
     "servable_quantization_config",
+    "stale_partial_folders",
     "write_text",
 ]

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference.format.layers import LinearLayer, StoredTensor, shard
+from reference.format.metadata import lexical_depth
 from reference.ground.errors import FormatError, error
 from reference.ground.files import open_regular
 from spec.constants import VOCAB_PADDING
@@ -337,6 +338,10 @@ def split_stored(stored: list[StoredTensor], cuts: Sequence[Cut], *, layer: bool
 # ------------------------------------------------------------------------- choosing a plan
 
 
+#: The deepest a rules file may nest: ``{"rules": [[pattern, kind], ...]}`` is 3.
+_RULES_DEPTH = 3
+
+
 def read_rules(path: Path) -> list[tuple[str, str]]:
     """User rules from a JSON file: ``[["pattern", "kind"], ...]`` (or ``{"rules": [...]}``);
     ``ValueError`` naming what is wrong; ``OSError`` for a file that is not a regular file (a
@@ -345,7 +350,14 @@ def read_rules(path: Path) -> list[tuple[str, str]]:
         raw = f.read(MAX_RULES_FILE + 1)
     if len(raw) > MAX_RULES_FILE:
         raise ValueError(f"{path}: longer than {MAX_RULES_FILE} bytes")
-    document = json.loads(raw.decode("utf-8"))
+    depth = lexical_depth(raw)  # measured before parsing: json's recursion never overflows
+    if depth > _RULES_DEPTH:
+        raise ValueError(f"{path}: nested {depth} deep; a list of [pattern, kind] pairs is 2 "
+                         "(or 3 under {\"rules\": ...})")  # fmt: skip
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not JSON in UTF-8: {exc}") from exc
     items = document.get("rules") if isinstance(document, dict) else document
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a list of [pattern, kind] pairs")

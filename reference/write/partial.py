@@ -9,6 +9,10 @@ A partial of the destination ``<name>`` is named::
 when the whole would pass the 255-byte limit on a file name.  ``<host>`` and ``<pid>`` name
 the writing process, which holds an exclusive ``flock`` on the file while it writes.
 
+A converter's model folder is filled the same way, in a partial *folder* named like a partial
+file but ending in ``.awq2-partial-dir`` (:func:`create_folder`); its writer holds the lock on
+the folder itself.
+
 A partial is stale, and a clean-up may remove it, only when all of this holds: its name has
 exactly that form for this destination, it was written on this host, no process of that pid
 is alive here, and nobody holds its lock (which also covers a writer in another PID
@@ -29,6 +33,8 @@ from typing import BinaryIO
 
 #: Suffix of every partial file.
 PARTIAL_SUFFIX = ".awq2-partial"
+#: Suffix of every partial folder (a model folder being written).
+FOLDER_SUFFIX = ".awq2-partial-dir"
 #: Longest file name (bytes) on the file systems this runs on (Linux, macOS: NAME_MAX).
 NAME_MAX = 255
 _RANDOM = 8  # characters of tempfile's random part
@@ -45,17 +51,21 @@ def _name_tag(name: str) -> str:
     return hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
-def _stem(name: str) -> str:
+def _stem(name: str, suffix: str = PARTIAL_SUFFIX) -> str:
     """``name``, cut so that the longest partial name still fits in NAME_MAX bytes."""
     room = NAME_MAX - len(f"..{'0' * 8}.{'h' * _HOST_MAX}.{'9' * _PID_MAX}.") - _RANDOM
-    room -= len(PARTIAL_SUFFIX)
+    room -= len(suffix)
     raw = name.encode("utf-8", "surrogateescape")[:room]
     return raw.decode("utf-8", "ignore")
 
 
+def _prefix(dest: Path, suffix: str) -> str:
+    return f".{_stem(dest.name, suffix)}.{_name_tag(dest.name)}.{host_tag()}.{os.getpid()}."
+
+
 def create(dest: Path) -> tuple[Path, BinaryIO]:
     """A new partial for ``dest``, opened for writing and locked; the caller unlinks it."""
-    prefix = f".{_stem(dest.name)}.{_name_tag(dest.name)}.{host_tag()}.{os.getpid()}."
+    prefix = _prefix(dest, PARTIAL_SUFFIX)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=PARTIAL_SUFFIX, dir=dest.parent)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the process ends
@@ -66,18 +76,34 @@ def create(dest: Path) -> tuple[Path, BinaryIO]:
     return Path(tmp), os.fdopen(fd, "w+b")
 
 
-def _pattern(dest: Path) -> re.Pattern[str]:
+def create_folder(dest: Path) -> tuple[Path, int]:
+    """A new partial folder for ``dest`` and the descriptor that holds its lock; the caller
+    closes the descriptor once the folder is renamed into place or removed."""
+    parent = dest.parent if str(dest.parent) else Path(".")
+    tmp = tempfile.mkdtemp(prefix=_prefix(dest, FOLDER_SUFFIX), suffix=FOLDER_SUFFIX, dir=parent)
+    fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the process ends
+    except OSError:
+        os.close(fd)
+        os.rmdir(tmp)
+        raise
+    return Path(tmp), fd
+
+
+def _pattern(dest: Path, suffix: str) -> re.Pattern[str]:
     return re.compile(
-        rf"\.{re.escape(_stem(dest.name))}\.{_name_tag(dest.name)}\."
+        rf"\.{re.escape(_stem(dest.name, suffix))}\.{_name_tag(dest.name)}\."
         rf"(?P<host>[A-Za-z0-9-]{{1,{_HOST_MAX}}})\.(?P<pid>[0-9]{{1,{_PID_MAX}}})\."
-        rf"[A-Za-z0-9_]{{{_RANDOM}}}{re.escape(PARTIAL_SUFFIX)}"
+        rf"[A-Za-z0-9_]{{{_RANDOM}}}{re.escape(suffix)}"
     )
 
 
-def stale_partials(dest: str | os.PathLike[str]) -> list[Path]:
-    """Partials of ``dest`` whose writers are provably gone (see the module docstring)."""
+def stale_partials(dest: str | os.PathLike[str], *, folders: bool = False) -> list[Path]:
+    """Partials of ``dest`` whose writers are provably gone (see the module docstring):
+    partial files, or with ``folders`` partial folders (never a link to one)."""
     path = Path(dest)
-    pattern, host = _pattern(path), host_tag()
+    pattern, host = _pattern(path, FOLDER_SUFFIX if folders else PARTIAL_SUFFIX), host_tag()
     try:
         names = os.listdir(path.parent if str(path.parent) else ".")
     except OSError:
@@ -88,6 +114,8 @@ def stale_partials(dest: str | os.PathLike[str]) -> list[Path]:
         if match is None or match["host"] != host or _pid_alive(int(match["pid"])):
             continue
         candidate = path.parent / name
+        if folders and (candidate.is_symlink() or not candidate.is_dir()):
+            continue
         if _lock_is_free(candidate):
             stale.append(candidate)
     return stale
