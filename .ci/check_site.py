@@ -12,8 +12,15 @@
 6. check the downloadable suite: every ``awq2-conformance-*`` file of the built site's
    ``assets/`` is byte for byte the committed one of ``docs/assets/`` and none is missing or
    extra, the archive served over HTTP is those bytes, and its ``.sha256`` line matches them;
-7. save screenshots of the overview and of the specification page to ``site-check/`` (light
-   and dark palettes, switched with the palette toggle) and print their paths.
+7. check every picture of every page: it loaded (an ``<img>`` whose file is missing or is not
+   a picture the browser can draw fails) and it fits the text column at 1280 px (wider is
+   clipped or scrolls);
+8. check that every page's ``<h1>`` begins with the page's title in the navigation (the home
+   page, whose title is the site's name, excepted), so that a reader who picks an entry sees
+   the page it names;
+9. save screenshots of the pages of :data:`SCREENSHOTS` to ``site-check/`` (light and dark
+   palettes, switched with the palette toggle): the top of each page, and each picture of its
+   text scrolled into view, and print their paths.
 
 Exit status 0 when everything passes, 1 otherwise, 2 when the browser or the driver is missing.
 Needs the ``docs`` extra (``pip install -e ".[docs]"``) and ``apt-get install chromium
@@ -64,7 +71,20 @@ SEARCHES = {
     "bucket": ("spec/format/#bucket-table", "spec/format/#index", "spec/format/#lookup"),
     "fan-out": ("spec/rationale/#fan-out-a-table-sized-to-the-tensor-count",),
 }
-SCREENSHOTS = {"overview": "", "specification": "spec/format/"}
+#: The pages screenshotted, by the name their screenshots take: the overview, and the pages
+#: last changed (each picture gets a screenshot of its own, too).
+SCREENSHOTS = {
+    "overview": "",
+    "specification": "spec/format/",
+    "sets": "spec/sets/",
+    "codec": "spec/codec/",
+    "security": "spec/security/",
+    "benchmarks": "benchmarks/",
+    "versions": "versions/",
+    "cli": "reference/cli/",
+    "serving": "serving-vllm/",
+    "migrating": "migrating/",
+}
 PAGE_TIMEOUT_S = 30
 #: Screenshots show the page's top this many pixels tall (the overview's byte map included).
 SHOT_MAX_HEIGHT = 2400
@@ -149,7 +169,15 @@ return {
   ids: Array.from(document.querySelectorAll('[id]'), e => e.id)
        .concat(Array.from(document.querySelectorAll('a[name]'), a => a.name)),
   title: document.title,
-  h1: (document.querySelector('article h1') || {}).textContent || ''
+  h1: (document.querySelector('article h1') || {}).textContent || '',
+  nav: (document.querySelector('.md-nav--primary .md-nav__link--active') || {}).textContent || '',
+  // every picture of the text: whether it loaded, and how far it reaches past the column
+  images: Array.from(document.querySelectorAll('article img'), img => ({
+    src: img.getAttribute('src'),
+    loaded: img.complete && img.naturalWidth > 0,
+    overflow: img.getBoundingClientRect().right
+              - img.closest('article').getBoundingClientRect().right
+  }))
 };
 """
 
@@ -173,7 +201,35 @@ def visit_all(driver: object, base: str, urls: list[str]) -> tuple[dict[str, dic
         problems += [f"/{url}: console {msg}" for msg in console_errors(driver)]
         if not facts[url]["h1"].strip() and url.endswith("/"):
             problems.append(f"/{url}: no <h1> in the article")
+        problems += picture_problems(url, facts[url]) + title_problems(url, facts[url])
     return facts, problems
+
+
+def picture_problems(url: str, fact: dict) -> list[str]:
+    """Every picture of the page loaded and fits the text column (the window is 1280 px)."""
+    problems = []
+    for image in fact["images"]:
+        if not image["loaded"]:
+            problems.append(f"/{url}: picture {image['src']} did not load")
+        elif image["overflow"] > 1:
+            problems.append(
+                f"/{url}: picture {image['src']} reaches {image['overflow']:.0f} px past the "
+                "text column at 1280 px"
+            )
+    return problems
+
+
+def _words(text: str) -> str:
+    """Text as the reader sees it: the permalink sign dropped, spaces collapsed."""
+    return " ".join(text.replace("\u00b6", " ").split())
+
+
+def title_problems(url: str, fact: dict) -> list[str]:
+    """The page's <h1> begins with its title in the navigation (the home page excepted)."""
+    nav, h1 = _words(fact["nav"]), _words(fact["h1"])
+    if url == "" or not nav or h1.startswith(nav):
+        return []
+    return [f"/{url}: the <h1> {h1!r} does not begin with the navigation's title {nav!r}"]
 
 
 def check_links(base: str, site: Path, facts: dict[str, dict]) -> tuple[int, list[str]]:
@@ -265,25 +321,53 @@ def check_search(driver: object, base: str) -> tuple[list[str], list[str]]:
     return report, problems
 
 
-def screenshots(driver: object, base: str, out: Path) -> list[Path]:
+def _set_palette(driver: object, scheme: str) -> None:
     from selenium.webdriver.common.by import By
 
+    current = driver.execute_script(  # type: ignore[attr-defined]
+        "return document.body.getAttribute('data-md-color-scheme')"
+    )
+    if (scheme == "dark") != (current == "slate"):
+        # the palette toggle: the label of the palette form that is visible
+        toggles = driver.find_elements(  # type: ignore[attr-defined]
+            By.CSS_SELECTOR, "form[data-md-component=palette] label"
+        )
+        next(t for t in toggles if t.is_displayed()).click()
+        time.sleep(0.3)
+
+
+#: Scrolls picture ``arguments[0]`` of the text to the top of the window, below the header.
+_SHOW_PICTURE = """
+const img = document.querySelectorAll('article img')[arguments[0]];
+const header = document.querySelector('.md-header');
+window.scrollTo(0, img.getBoundingClientRect().top + window.scrollY
+                   - (header ? header.offsetHeight : 0) - 16);
+"""
+
+
+def picture_shots(driver: object, name: str, scheme: str, out: Path) -> list[Path]:
+    """One window-sized screenshot (1280 x 900) of each picture of the text, in order."""
+    count = driver.execute_script(  # type: ignore[attr-defined]
+        "return document.querySelectorAll('article img').length"
+    )
+    saved = []
+    for i in range(int(count)):
+        driver.execute_script(_SHOW_PICTURE, i)  # type: ignore[attr-defined]
+        time.sleep(0.2)
+        path = out / f"{name}-picture{i + 1}-{scheme}.png"
+        driver.save_screenshot(str(path))  # type: ignore[attr-defined]
+        saved.append(path)
+    return saved
+
+
+def screenshots(driver: object, base: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     saved = []
     for scheme in ("light", "dark"):
         for name, url in SCREENSHOTS.items():
             driver.get(base + url)  # type: ignore[attr-defined]
             _settle(driver)
-            current = driver.execute_script(  # type: ignore[attr-defined]
-                "return document.body.getAttribute('data-md-color-scheme')"
-            )
-            if (scheme == "dark") != (current == "slate"):
-                # the palette toggle: the label of the palette form that is visible
-                toggles = driver.find_elements(  # type: ignore[attr-defined]
-                    By.CSS_SELECTOR, "form[data-md-component=palette] label"
-                )
-                next(t for t in toggles if t.is_displayed()).click()
-                time.sleep(0.3)
+            _set_palette(driver, scheme)
             height = driver.execute_script(  # type: ignore[attr-defined]
                 "return document.documentElement.scrollHeight"
             )
@@ -292,6 +376,7 @@ def screenshots(driver: object, base: str, out: Path) -> list[Path]:
             driver.save_screenshot(str(path))  # type: ignore[attr-defined]
             driver.set_window_size(1280, 900)  # type: ignore[attr-defined]
             saved.append(path)
+            saved += picture_shots(driver, name, scheme, out)
     return saved
 
 
@@ -357,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"browser   headless Chromium {version} at {base}")
             facts, found = visit_all(driver, base, urls)
             problems += found
-            print(f"pages     {len(facts)} loaded, {len(found)} console errors or empty pages")
+            print(
+                f"pages     {len(facts)} loaded, {len(found)} problems (console errors, empty "
+                "pages, pictures that do not load or fit, titles unlike the navigation's)"
+            )
             checked, broken = check_links(base, args.site, facts)
             problems += broken
             print(f"links     {checked} same-site links and anchors checked, {len(broken)} broken")

@@ -4,14 +4,17 @@ The archive comes from outside, so it is read as hostile input: the xz stream is
 a bounded memory limit and at most :data:`MAX_BYTES` of tar data; at most
 :data:`MAX_MEMBERS` members; only regular files and folders, with relative names free of
 ``..``, empty or ``.`` parts and backslashes; nothing is written outside the destination and no
-name twice.  Anything else is refused with :class:`ArchiveError`, naming the member.  Links,
-devices and FIFOs are never created, and files are written with mode 0644 whatever the archive
-says.  After unpacking, :func:`suite_root` finds the folder holding ``manifest.json`` (the top
-folder of the published archive, or the destination itself).
+name twice.  Anything else is refused with :class:`ArchiveError`, naming the member, and so is
+a member the file system cannot hold (a name too long for it, a file where an earlier member
+made a folder, no space left).  Links, devices and FIFOs are never created, and files are
+written with mode 0644 whatever the archive says.  After unpacking, :func:`suite_root` finds
+the folder holding ``manifest.json`` (the top folder of the published archive, or the
+destination itself).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import lzma
 import os
@@ -27,6 +30,8 @@ MAX_MEMBERS = 10_000
 XZ_MEMLIMIT = 256 << 20
 _CHUNK = 1 << 16
 XZ_MAGIC = b"\xfd7zXZ\x00"
+#: A member's name is shown up to this many characters in a message.
+NAME_SHOWN = 200
 
 
 class ArchiveError(ValueError):
@@ -64,6 +69,13 @@ class _BoundedXz(io.RawIOBase):
         return 0
 
 
+def _shown(name: str) -> str:
+    """A member's name for a message: quoted, and cut when it is long."""
+    if len(name) <= NAME_SHOWN:
+        return repr(name)
+    return f"{name[:NAME_SHOWN]!r}... ({len(name)} characters)"
+
+
 def _member_path(member: tarfile.TarInfo) -> PurePosixPath:
     """The member's name as a safe relative path, or :class:`ArchiveError`."""
     name = member.name
@@ -76,12 +88,13 @@ def _member_path(member: tarfile.TarInfo) -> PurePosixPath:
         or any(part in ("", ".", "..") for part in parts)
     ):
         raise ArchiveError(
-            f"member {name!r}: expected a relative name without '..', '.', empty parts or '\\'"
+            f"member {_shown(name)}: expected a relative name without '..', '.', empty parts "
+            "or '\\'"
         )
     if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE):
         raise ArchiveError(
-            f"member {name!r}: expected a regular file or a folder, found a link, device, sparse "
-            "or other special file"
+            f"member {_shown(name)}: expected a regular file or a folder, found a link, device, "
+            "sparse or other special file"
         )
     return PurePosixPath(*parts)
 
@@ -107,14 +120,19 @@ def extract(archive: Path, into: Path) -> None:
                         raise ArchiveError(f"more than {MAX_MEMBERS} members")
                     rel = _member_path(member)
                     if rel in seen:
-                        raise ArchiveError(f"member {member.name!r}: twice in the archive")
+                        raise ArchiveError(f"member {_shown(member.name)}: twice in the archive")
                     seen.add(rel)
                     total += member.size
                     if total > MAX_BYTES:
                         raise ArchiveError(f"more than {MAX_BYTES >> 20} MiB of files")
-                    _write(tar, member, into, rel)
+                    try:
+                        _write(tar, member, into, rel)
+                    except OSError as exc:
+                        raise ArchiveError(_unwritable(member, into, exc)) from exc
     except (tarfile.TarError, lzma.LZMAError, EOFError) as exc:
         raise ArchiveError(f"not a readable .tar.xz archive: {exc}") from exc
+    except OSError as exc:  # the archive itself (a member's own errors are caught above)
+        raise ArchiveError(f"{archive}: cannot be read ({exc.strerror or exc})") from exc
 
 
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, rel: PurePosixPath) -> None:
@@ -123,7 +141,13 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, rel: PureP
         if parent == into or into not in parent.parents:
             continue
         if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
-            raise ArchiveError(f"member {member.name!r}: a parent is not a folder")
+            raise ArchiveError(f"member {_shown(member.name)}: a parent is not a folder")
+    if os.path.lexists(target) and not (member.isdir() and target.is_dir()):
+        made = "a folder" if target.is_dir() else "a file"
+        raise ArchiveError(
+            f"member {_shown(member.name)}: {'a folder' if member.isdir() else 'a file'} where "
+            f"an earlier member made {made} of that name"
+        )
     if member.isdir():
         target.mkdir(parents=True, exist_ok=True)
         return
@@ -134,6 +158,20 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, rel: PureP
     with os.fdopen(fd, "wb") as out:
         while chunk := source.read(_CHUNK):
             out.write(chunk)
+
+
+def _unwritable(member: tarfile.TarInfo, into: Path, exc: OSError) -> str:
+    """The message for a member the file system of ``into`` refused."""
+    if exc.errno == errno.ENAMETOOLONG:
+        why = f"its name is too long for the file system it is unpacked into ({exc.strerror})"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = (
+            f"no space left to unpack it into {into} ({exc.strerror}); set TMPDIR to a folder "
+            "with more room, or unpack the archive elsewhere and give --suite that folder"
+        )
+    else:
+        why = f"cannot be unpacked into {into} ({exc.strerror or exc})"
+    return f"member {_shown(member.name)}: {why}"
 
 
 def suite_root(folder: Path) -> Path:

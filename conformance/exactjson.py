@@ -5,8 +5,10 @@ and, for every number, a :class:`Number` holding its lexeme (``1.0`` stays ``"1.
 stays ``"-0"``, ``12345678901234567890`` stays as is).  Two documents are then equal
 (``==``) exactly when they hold the same numbers, character for character, the same strings
 after unescaping, objects with the same keys and values in any order, and arrays in the same
-order.  ``NaN``, ``Infinity`` and a key given twice are refused (``ValueError``): no valid
-document holds them.
+order.  ``NaN``, ``Infinity``, a key given twice and nesting deeper than :data:`MAX_DEPTH`
+are refused (``ValueError``): no valid document holds them.  The depth is measured by one
+lexical pass before anything is parsed (``reference.format.metadata.lexical_depth``), so that
+no text, a manifest or a loader's output, can exhaust the parser's recursion.
 
 :func:`dumps` writes such a value back, numbers as their lexemes (Python ``int`` as its
 decimal digits), strings as :func:`json.dumps` escapes them, in the layout of ``json.dumps``
@@ -20,6 +22,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from reference.format.metadata import lexical_depth
+
+#: The deepest nesting :func:`loads` parses: twice the deepest metadata a file may hold (LIM-5,
+#: 64 levels), which a manifest and a loader's document hold two to four levels down; far
+#: below the recursion limit of the parser and of :func:`difference` and :func:`dumps`.
+MAX_DEPTH = 128
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ def _constant(token: str) -> Any:
 
 def loads(text: str | bytes) -> Any:
     """Parse ``text`` (UTF-8 when bytes), every number a :class:`Number` of its lexeme."""
+    check_depth(text)
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     return json.loads(
@@ -59,6 +69,15 @@ def loads(text: str | bytes) -> Any:
         parse_float=Number,
         parse_constant=_constant,
     )
+
+
+def check_depth(text: str | bytes) -> None:
+    """``ValueError`` when ``text`` nests deeper than :data:`MAX_DEPTH`, told before anything
+    is parsed (one lexical pass, strings skipped)."""
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    depth = lexical_depth(raw)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested {depth} levels deep, more than the {MAX_DEPTH} allowed")
 
 
 def difference(want: Any, got: Any, where: str = "") -> str:
@@ -139,4 +158,4 @@ def _container(
     out.append(outer + close)
 
 
-__all__ = ["Number", "difference", "dumps", "loads"]
+__all__ = ["MAX_DEPTH", "Number", "check_depth", "difference", "dumps", "loads"]

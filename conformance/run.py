@@ -22,7 +22,9 @@ of its listed codes.  Without ``--loader`` the reference implementation is check
 The runner judges by the manifest and the vectors alone: from the reference implementation it
 imports only ``reference.ground.text``, the project's one escaping function, through which
 everything it prints that comes from a loader or a file passes (loader output, error codes and
-details, vector names).
+details, vector names), and, through :mod:`conformance.exactjson`,
+``reference.format.metadata.lexical_depth``, which measures how deeply a manifest or a loader's
+document nests before it is parsed.
 
 Each loader invocation runs in a session (process group) of its own, with stdin closed, on a
 private read-only copy of the vector in a temporary folder of its loader.  The verdict comes
@@ -46,9 +48,12 @@ else (:mod:`conformance.suite`).  The header names the suite's version and the s
 and so does ``--report-json``.
 
 Exit status: 0 when every verdict passes, 1 when any fails, 2 usage, suite (a tampered or
-incomplete suite, an unsafe archive) or build error, 130 interrupted (Ctrl-C: the running
-loader's process group is killed and the temporary folders removed, then one line,
-``interrupted``, on stderr).  ``awq2-conformance`` is the installed console script;
+incomplete suite, a manifest nested too deeply, an unsafe archive or one that cannot be unpacked
+here: a name too long, a file where a folder was, no space left in ``$TMPDIR``), build error, or
+no room for the temporary folders, 130 interrupted (Ctrl-C: the running loader's process group
+is killed and the temporary folders removed, then one line, ``interrupted``, on stderr), 143 and
+129 the same for SIGTERM and SIGHUP (128 + the signal; the line says which, ``interrupted
+(SIGTERM)``).  ``awq2-conformance`` is the installed console script;
 ``python -m conformance.run`` is the same command.
 """
 
@@ -67,11 +72,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from xml.sax.saxutils import escape as xml_escape
 from xml.sax.saxutils import quoteattr
@@ -356,6 +363,7 @@ def _reported_code(out: str) -> str | None:
     if not text:
         return None
     try:
+        exactjson.check_depth(text)  # before parsing: deep nesting exhausts the recursion
         doc = json.loads(text)
         code = doc.get("error", {}).get("code") if isinstance(doc, dict) else None
         return code if isinstance(code, str) else None
@@ -449,10 +457,16 @@ def run(
             given = Path(suite_module.vector_path(v)).name
             files = {Path(item.path).name: (root / item.path).read_bytes() for item in listed}
             for loader, folder in zip(loaders, folders, strict=True):
-                if "folder" in v:
-                    copy = _private_folder(files, given, folder)
-                else:
-                    copy = _private_copy(files[given], given, folder)
+                try:
+                    if "folder" in v:
+                        copy = _private_folder(files, given, folder)
+                    else:
+                        copy = _private_copy(files[given], given, folder)
+                except OSError as exc:
+                    raise ScratchError(
+                        f"cannot make the loader's copy of {suite_module.vector_path(v)} in "
+                        f"{folder} ({exc.strerror or exc})"
+                    ) from exc
                 kind, result, detail, seconds = run_loader(loader, copy, timeout)
                 passed, why = judge(v, kind, result, detail)
                 damage = (
@@ -487,7 +501,7 @@ def run(
 def private_folders(count: int) -> Iterator[list[Path]]:
     """``count`` empty temporary folders (one per loader), removed afterwards with whatever a
     loader left in them."""
-    top = Path(tempfile.mkdtemp(prefix="awq2-conformance-"))
+    top = _temporary_folder("awq2-conformance-")
     try:
         folders = [top / str(i) for i in range(count)]
         for folder in folders:
@@ -496,6 +510,21 @@ def private_folders(count: int) -> Iterator[list[Path]]:
     finally:
         _make_writable(top)
         shutil.rmtree(top, ignore_errors=True)
+
+
+class ScratchError(RuntimeError):
+    """The temporary folders cannot be made or written (no space left in ``$TMPDIR``...)."""
+
+
+def _temporary_folder(prefix: str) -> Path:
+    """A new folder in ``$TMPDIR`` (or the system's), or :class:`ScratchError`."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    except OSError as exc:
+        raise ScratchError(
+            f"cannot make a temporary folder in {tempfile.gettempdir()} ({exc.strerror or exc}); "
+            "set TMPDIR to a folder with room"
+        ) from exc
 
 
 def _private_copy(data: bytes, name: str, folder: Path) -> Path:
@@ -674,8 +703,10 @@ def build_parser() -> argparse.ArgumentParser:
         "C loader in conformance/adapters/c, compiled with ${CC:-cc} into its build/ folder when "
         "missing or stale, or into ${XDG_CACHE_HOME:-~/.cache}/awq-v2/c-loader/ when the "
         "package folder is read-only). Loaders run in the current folder. "
-        "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, build error, or a suite "
-        "whose files differ from its manifest (nothing is run), 130 interrupted. "
+        "exit status: 0 all verdicts pass, 1 a verdict fails, 2 usage, build error, a suite "
+        "whose files differ from its manifest or that cannot be unpacked or copied into $TMPDIR "
+        "(nothing is run), 130 interrupted (Ctrl-C), 143 SIGTERM, 129 SIGHUP (the loader is "
+        "killed and the temporary folders removed). "
         "Also run as python -m conformance.run. "
         'Example: --loader "ref=python -m conformance.adapters.reference {file}" '
         '--loader "c=conformance/adapters/c/build/awq2c {file}"; or simply '
@@ -707,20 +738,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: The exit status of an interrupted run (128 + SIGINT), as a shell reports it.
 EXIT_INTERRUPTED = 130
+#: The signals that stop a run as Ctrl-C does, with the exit status 128 + the signal (143 for
+#: SIGTERM, 129 for SIGHUP).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Stopped(BaseException):
+    """A stop signal arrived: raised in the main thread, as ``KeyboardInterrupt`` is for
+    SIGINT, so that the same ``finally`` clauses kill the loader's group and remove the
+    temporary folders."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """The handler of :data:`STOP_SIGNALS`: raise :class:`Stopped`, once."""
+    for sig in STOP_SIGNALS:  # once: a second signal does not cut the cleanup short
+        signal.signal(sig, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """:data:`STOP_SIGNALS` raise :class:`Stopped` while inside (the main thread only; a
+    signal ignored when the runner started, as under ``nohup``, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, _stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with opened_suite(args.suite) as suite:
+        with _stop_on_signals(), opened_suite(args.suite) as suite:
             return _run_suite(args, suite)
-    except (SuiteError, ArchiveError) as exc:
+    except (SuiteError, ArchiveError, ScratchError) as exc:
         output = "\n".join(map(escape, str(exc).split("\n")))
         print(f"error: {output}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the loader's group is killed, the folders removed, on the way
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Stopped as exc:  # the same, for SIGTERM and SIGHUP
+        print(f"interrupted ({signal.Signals(exc.signum).name})", file=sys.stderr)
+        return 128 + exc.signum
 
 
 @contextmanager
@@ -732,9 +806,12 @@ def opened_suite(path: Path) -> Iterator[Suite]:
         return
     if not path.is_file():
         raise SuiteError(f"{path}: no such folder or archive")
-    with tempfile.TemporaryDirectory(prefix="awq2-suite-") as tmp:
-        archive.extract(path, Path(tmp))
-        yield _checked(suite_module.load(archive.suite_root(Path(tmp))))
+    tmp = _temporary_folder("awq2-suite-")
+    try:
+        archive.extract(path, tmp)
+        yield _checked(suite_module.load(archive.suite_root(tmp)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _checked(suite: Suite) -> Suite:

@@ -6,8 +6,9 @@ file (``file``, ``size``, ``sha256``) or, for a file set, a folder (``folder``, 
 ``folder_files``: the name, size and sha256 of each file in it).  Before a loader runs,
 :func:`problems` checks every file the manifest lists, each vector's file or files and each
 entry of ``files`` (the schemas), against its listed size and sha256, as a regular file (not a
-link), and that ``vectors/`` and each vector folder hold nothing unlisted.  A suite is data
-from outside: the manifest is read bounded, its paths must name a file directly under
+link), and that ``vectors/`` and each vector folder hold nothing unlisted; a file listed more
+than once is still read and hashed once.  A suite is data from outside: the manifest is read
+bounded in size and, before it is parsed, in depth, its paths must name a file directly under
 ``vectors/`` or ``schema/`` or a folder directly under ``vectors/``, names in a folder are
 plain names, and nothing outside the suite's folder is opened.
 """
@@ -92,6 +93,10 @@ def load(root: Path) -> Suite:
         raise SuiteError(f"{path}: cannot read the manifest: {exc.strerror}") from exc
     if len(raw) > MANIFEST_LIMIT:
         raise SuiteError(f"{path}: larger than {MANIFEST_LIMIT >> 20} MiB; not a manifest")
+    try:  # the depth before any parse: deep nesting exhausts the parser's recursion
+        exactjson.check_depth(raw)
+    except ValueError as exc:
+        raise SuiteError(f"{path}: {exc}; not a manifest") from exc
     try:
         text = raw.decode("utf-8")
         doc = json.loads(text)
@@ -180,13 +185,18 @@ def _listed_ok(item: Any, path_key: str, pattern: re.Pattern[str]) -> bool:
 
 
 def problems(suite: Suite) -> list[str]:
-    """What is wrong with the suite's files, one line per file; empty when all is as listed."""
+    """What is wrong with the suite's files, one line per file; empty when all is as listed.
+    Each file is opened and hashed once, however many listings name it, so that the work is
+    bounded by the suite's bytes, not by the manifest's length."""
     found = []
     listed = suite.listed()
+    by_path: dict[str, list[Listed]] = {}
     for item in listed:
-        why = _problem(suite.root / item.path, item)
-        if why:
-            found.append(f"{item.path}: {why}")
+        by_path.setdefault(item.path, []).append(item)
+    for path, items in by_path.items():
+        for item, why in zip(items, _problems(suite.root / path, items), strict=True):
+            if why:
+                found.append(f"{item.path}: {why}")
     names = {item.path for item in listed}
     folders = {v["folder"] for v in suite.manifest["vectors"] if "folder" in v}
     top = suite.root / "vectors"
@@ -234,24 +244,35 @@ def sha256_of(f: BinaryIO) -> str:
     return digest.hexdigest()
 
 
-def _problem(path: Path, item: Listed) -> str:
-    """Why ``path`` is not the listed file, or ``""``."""
+def _problems(path: Path, items: list[Listed]) -> list[str]:
+    """Why ``path`` is not each of the listings ``items`` (all of that path), or ``""`` for
+    one it matches; the file is opened once and hashed at most once."""
+    f = _opened(path)
+    if isinstance(f, str):
+        return [f] * len(items)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        found = sha256_of(f) if any(item.size == size for item in items) else ""
+    return [
+        f"size expected {item.size} bytes, found {size}"
+        if item.size != size
+        else ("" if found == item.sha256 else f"sha256 expected {item.sha256}, found {found}")
+        for item in items
+    ]
+
+
+def _opened(path: Path) -> BinaryIO | str:
+    """``path`` opened as a suite's file, or why it cannot be."""
     if path.parent.name != "vectors" and path.parent.is_symlink():  # a vector's folder
         return "in a folder that is a link"
     try:
-        f = open_file(path)
+        return open_file(path)
     except FileNotFoundError:
         return "missing"
     except NotRegularFile:
         return "not a regular file"
     except OSError as exc:
         return f"cannot be opened as a regular file ({exc.strerror})"
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size != item.size:
-            return f"size expected {item.size} bytes, found {size}"
-        found = sha256_of(f)
-    return "" if found == item.sha256 else f"sha256 expected {item.sha256}, found {found}"
 
 
 def refusal(found: list[str]) -> str:

@@ -366,7 +366,7 @@ def convert_folder(
                           tp_rules=tp_rules)  # fmt: skip
         with open_checkpoint(src) as checkpoint:
             family, config = checkpoint.family, checkpoint.config or {}
-        with open_any(tmp) as written:
+        with open_any(tmp, rank=0) as written:  # every rank stores the same layers [SET-7]
             layers = {e.name[: -len(".qweight")]: (e.bits, e.group_size)
                       for e in written.entries() if e.layout.endswith("_QWEIGHT")}  # fmt: skip
         quantization = folder.servable_quantization_config(layers, family)
@@ -822,7 +822,7 @@ def _jsonable(value: Any) -> Any:
 def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Report) -> int:
     to_folder = args.dst is not None and folder.is_folder_destination(args.dst)
     args.dst = None if args.dst is None else Path(args.dst)
-    if to_folder and args.dst.is_symlink():  # a link to a folder elsewhere: publish there
+    if to_folder and os.path.islink(args.dst):  # a link to a folder elsewhere: publish there
         args.dst = Path(os.path.realpath(args.dst))
     refusal = check_paths(args.src, args.dst, to_folder=to_folder, overwrite=args.overwrite)
     if refusal is not None:

@@ -1,17 +1,26 @@
-"""``python -m reference.dump PATH``: explain what ``reference.open`` opens, valid or not: an
-AWQ-v2 file, a model folder holding ``model.awq2``, a file set (its folder or its manifest:
-the set, then each member), or a legacy checkpoint (an AWQ v1 or compressed-tensors folder,
-or one of its safetensors files).
+"""``awq2-dump PATH`` (``python -m reference.dump PATH``): explain what ``reference.open``
+opens, valid or not: an AWQ-v2 file, a model folder holding ``model.awq2``, a file set (its
+folder or its manifest: the set, then each member, by rank for a rank set), or a legacy
+checkpoint (an AWQ v1 or compressed-tensors folder, or one of its safetensors files).
+
+The text is short: the format facts, a few lines summing up the configuration (architecture,
+hidden layers, hidden size, quantisation, source format) and the tensor table; ``--config``
+prints the whole configuration.  ``--tensor NAME`` explains one tensor, ``--layer PREFIX``
+one quantised layer (its stored tensors and its dequantised weights); of a rank set, the
+shard of ``--rank R``.
 
 Exit status:
 
 * 0 the input is valid (and, with ``--verify``, every payload checksum matches; a legacy
   checkpoint has none, so every tensor is read once instead);
 * 1 the input is not valid: the error code, offset and message are printed;
-* 2 usage error (bad arguments, unknown ``--tensor`` name, ``--hexdump`` of a checkpoint);
-* 3 the input cannot be read at all (missing, no permission, not a regular file).
+* 2 usage error (bad arguments, unknown ``--tensor`` or ``--layer`` name, a layer given to
+  ``--tensor``, a rank set's tensor without ``--rank``, ``--hexdump`` of a checkpoint);
+* 3 the input cannot be read at all (missing, no permission, not a regular file);
+* 130 interrupted (Ctrl-C): one line on stderr, no traceback.
 
-``--json`` prints one JSON document with stable keys on stdout instead of text.
+``--json`` prints one JSON document with stable keys on stdout instead of text (with
+``--tensor`` or ``--layer``: that tensor's or layer's document alone).
 Names are printed with control and format characters escaped (``\\x1b``,
 ``\\u202e``), so a hostile name cannot rewrite the terminal.
 """
@@ -23,7 +32,8 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,7 +41,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference.format.reader import Reader
-from reference.format.source import TensorSource
 from reference.ground.errors import FormatError, TensorNotFoundError
 from reference.ground.files import open_regular
 from reference.ground.text import escape
@@ -43,6 +52,7 @@ from spec.constants import MAGIC
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  #: Ctrl-C: 128 + SIGINT, as a shell reports it
 
 #: How ``json.dump(ensure_ascii=True)`` writes a string (its C encoder, when there is one).
 _json_string = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
@@ -139,60 +149,129 @@ def _print_table(reader: Reader, out: TextIO) -> None:
         print(line, file=out)
 
 
-def _print_text(doc: dict[str, Any], reader: Reader, out: TextIO) -> None:
+def _line(label: str, value: str) -> str:
+    """One ``label  value`` line of the text header, the values in one column."""
+    return f"  {label:<17}{value}"
+
+
+def _config_lines(metadata: dict[str, Any], rows: Iterable[dict[str, Any]]) -> list[str]:
+    """A few lines summing up the configuration: the model (``metadata["config"]``, what
+    ``config.json`` said), the quantisation of the layers as stored (from the table's
+    ``.qweight`` rows, so whatever the source's ``quantization_config`` schema) and the
+    source format (the provenance a converter recorded)."""
+    config = metadata.get("config")
+    lines = []
+    if isinstance(config, dict):
+        architectures = config.get("architectures")
+        if isinstance(architectures, list) and architectures:
+            lines.append(_line("architecture", escape(", ".join(map(str, architectures)))))
+        for key, label in (("num_hidden_layers", "hidden layers"), ("hidden_size", "hidden size")):
+            if key in config:
+                lines.append(_line(label, escape(str(config[key]))))
+    quantisation = _quantisation(rows)
+    if quantisation:
+        lines.append(_line("quantisation", quantisation))
+    provenance = metadata.get("provenance")
+    if isinstance(provenance, dict) and "source_format" in provenance:
+        lines.append(_line("source format", escape(str(provenance["source_format"]))))
+    return lines
+
+
+def _family(layout: str) -> str:
+    """The stored layout family of a quantised layer, from its ``.qweight`` layout."""
+    return "Marlin" if layout.startswith("MARLIN_") else "AWQ"
+
+
+def _group(group_size: int) -> str:
+    return "channelwise" if group_size == -1 else f"group size {group_size}"
+
+
+def _quantisation(rows: Iterable[dict[str, Any]]) -> str | None:
+    """``4-bit, group size 128, Marlin (14 layers)``: the quantised layers by bits, group size
+    and layout family; None when there is none."""
+    counts: Counter[tuple[int, int, str]] = Counter()
+    for t in rows:
+        if t["layout"] in _QWEIGHTS and t["name"].endswith(".qweight"):
+            counts[(t["bits"], t["group_size"], _family(t["layout"]))] += 1
+    parts = [f"{bits}-bit, {_group(group)}, {family} ({n} layer{'' if n == 1 else 's'})"
+             for (bits, group, family), n in sorted(counts.items())]  # fmt: skip
+    return "; ".join(parts) or None
+
+
+_QWEIGHTS = ("MARLIN_QWEIGHT", "AWQ_QWEIGHT")
+
+
+def _print_metadata(
+    metadata: dict[str, Any], out: TextIO, *, whole: bool, label: str = "metadata", what: str = ""
+) -> None:
+    """The configuration's line count; with ``--config`` (``whole``), every line of it."""
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    if not metadata:
+        p(_line(label, "none"))
+        return
+    lines = json.dumps(metadata, indent=2, ensure_ascii=True, sort_keys=True).splitlines()
+    if not whole:
+        p(_line(label, f"{len(lines)} lines{what} (--config prints them)"))
+        return
+    p(_line(label, f"{len(lines)} lines{what}"))
+    for line in lines:
+        p(f"    {line}")
+
+
+def _print_text(doc: dict[str, Any], reader: Reader, out: TextIO, *, whole: bool) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p(f"AWQ-v2 file {escape(doc['path'])}")
-    p(f"  format version   {doc['format_version']}")
-    p(f"  file size        {doc['file_size']:,} bytes")
-    p(f"  alignment        {doc['alignment']} (slab at 0x{doc['slab_offset']:x})")
-    p(f"  index            0x{doc['index_offset']:x}, {doc['index_length']:,} bytes")
-    flags = f"required 0x{doc['required_flags']:x}, optional 0x{doc['optional_flags']:x}"
-    p(f"  flags            {flags}")
-    p(f"  tensors          {doc['tensor_count']}")
+    p(_line("format version", doc["format_version"]))
+    p(_line("file size", f"{doc['file_size']:,} bytes"))
+    p(_line("alignment", f"{doc['alignment']} (slab at 0x{doc['slab_offset']:x})"))
+    p(_line("index", f"0x{doc['index_offset']:x}, {doc['index_length']:,} bytes"))
+    p(_line("flags", f"required 0x{doc['required_flags']:x}, optional 0x{doc['optional_flags']:x}"))
+    p(_line("tensors", str(doc["tensor_count"])))
     if doc["verified"]:
-        p("  checksums        every payload verified")
-    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True)
-    meta_lines = meta.splitlines()
-    p(
-        f"  metadata         {len(meta_lines)} lines"
-        if doc["metadata"]
-        else "  metadata         none"
-    )
-    for line in meta_lines[:40] if doc["metadata"] else []:
-        p(f"    {line}")
-    if len(meta_lines) > 40:
-        p(f"    ... {len(meta_lines) - 40} more lines (use --json)")
+        p(_line("checksums", "every payload verified"))
+    for line in _config_lines(doc["metadata"], tensor_rows(reader)):
+        p(line)
+    _print_metadata(doc["metadata"], out, whole=whole)
     if len(reader):
         _print_table(reader, out)
-
-
-def _tensor_report(source: TensorSource, name: str, out: TextIO) -> None:
-    info = source.entry(name)
-    array = source.view(info)
-    print(f"tensor {escape(name)}: {json.dumps(info.to_dict(), ensure_ascii=True)}", file=out)
-    if array.size and (array.dtype.kind in "biuf" or info.dtype in _ML_FLOATS):
-        print(f"  {_statistics(array.astype(np.float64))}  elements {array.size}", file=out)
-    with np.printoptions(threshold=64, edgeitems=4, linewidth=100):
-        print(f"  values:\n{array!r}", file=out)
 
 
 #: Registry dtypes that reach NumPy as ``ml_dtypes`` floats (NumPy kind ``V``).
 _ML_FLOATS = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 
 
-def _statistics(values: NDArray[np.float64]) -> str:
-    """``min .. max .. mean .. std`` of the values that are not NaN, and how many are NaN
-    (any float tensor may hold some), without NumPy's warnings about NaN or infinities."""
+def _stats(values: NDArray[np.float64]) -> dict[str, Any]:
+    """``min``, ``max``, ``mean``, ``std`` of the values that are not NaN (None when all
+    are), how many are NaN and how many there are, without NumPy's warnings about NaN or
+    infinities (an infinite mean or a NaN std stays a float)."""
     nan = np.isnan(values)
     rest = values[~nan] if nan.any() else values
-    if not rest.size:
-        return f"all {values.size} values NaN"
-    with np.errstate(invalid="ignore", over="ignore"):  # infinities: mean inf, std nan
-        stats = (
-            f"min {rest.min():.6g}  max {rest.max():.6g}  "
-            f"mean {rest.mean():.6g}  std {rest.std():.6g}"
-        )
-    return f"{stats}  NaN {int(nan.sum())}" if nan.any() else stats
+    found: dict[str, float | None] = {"min": None, "max": None, "mean": None, "std": None}
+    if rest.size:
+        with np.errstate(invalid="ignore", over="ignore"):  # infinities: mean inf, std nan
+            found = {"min": float(rest.min()), "max": float(rest.max()),
+                     "mean": float(rest.mean()), "std": float(rest.std())}  # fmt: skip
+    return {**found, "nan": int(nan.sum()), "elements": int(values.size)}
+
+
+def _statistics(values: NDArray[np.float64]) -> str:
+    """``min .. max .. mean .. std`` of the values that are not NaN, and how many are NaN
+    (any float tensor may hold some)."""
+    return _show_stats(_stats(values))
+
+
+def _show_stats(stats: dict[str, Any]) -> str:
+    if stats["min"] is None:
+        return f"all {stats['elements']} values NaN"
+    text = "  ".join(f"{key} {stats[key]:.6g}" for key in ("min", "max", "mean", "std"))
+    return f"{text}  NaN {stats['nan']}" if stats["nan"] else text
+
+
+def _json_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """Statistics as strict JSON: a non-finite float as the string ``"inf"``, ``"-inf"`` or
+    ``"nan"``."""
+    return {k: v if not isinstance(v, float) or np.isfinite(v) else str(v)
+            for k, v in stats.items()}  # fmt: skip
 
 
 def _unreadable(path: str, exc: OSError) -> int:
@@ -200,13 +279,153 @@ def _unreadable(path: str, exc: OSError) -> int:
     return EXIT_IO
 
 
-def _report_tensor(source: TensorSource, name: str, out: TextIO) -> int:
-    """``--tensor NAME``: its report, or a usage error when the source has no such tensor."""
+# ------------------------------------------------------------------ --tensor and --layer
+
+
+class _Usage(Exception):
+    """A usage error found while answering ``--tensor`` or ``--layer``: its message."""
+
+
+def _rank_kw(source: Any, args: argparse.Namespace, what: str) -> dict[str, int]:
+    """``{"rank": R}`` for a rank set (whose tensors are per-rank shards [SET-13]); ``{}``
+    for anything else, which holds the whole model (rank 0)."""
+    if not (isinstance(source, FileSet) and source.kind == "rank"):
+        if args.rank not in (None, 0):
+            raise _Usage(f"--rank {args.rank}: not a rank set (the whole model is rank 0)")
+        return {}
+    last = source.tp_size - 1
+    if args.rank is None:
+        raise _Usage(f"{what}: a rank set for tensor parallelism {source.tp_size} holds one "
+                     f"shard of it per rank: give --rank 0..{last} [TP_RANK_REQUIRED]")  # fmt: skip
+    if not 0 <= args.rank <= last:
+        raise _Usage(f"--rank {args.rank}: this rank set has ranks 0..{last}")
+    return {"rank": args.rank}
+
+
+def _is_layer(source: Any, name: str) -> bool:
+    return name in source.layers()
+
+
+def _tensor_doc(source: Any, name: str, kw: dict[str, int]) -> tuple[dict[str, Any], Any]:
+    """``--tensor``: the entry and statistics of ``name`` (a usage error when there is no
+    such tensor), and its array."""
     try:
-        _tensor_report(source, name, out)
+        info = source.entry(name, **kw)
     except TensorNotFoundError:
-        print(f"error: no tensor named {escape(name)!r}", file=sys.stderr)
+        if _is_layer(source, name):
+            hint = f"{escape(name)} is a quantised layer; use --layer {escape(name)}"
+            raise _Usage(hint) from None
+        raise _Usage(f"no tensor named {escape(name)!r}") from None
+    array = source.view(info, **kw)
+    doc: dict[str, Any] = {"tensor": info.to_dict(), **kw, "statistics": None}
+    if array.size and (array.dtype.kind in "biuf" or info.dtype in _ML_FLOATS):
+        doc["statistics"] = _stats(array.astype(np.float64))
+    return doc, array
+
+
+def _print_tensor(doc: dict[str, Any], array: Any, out: TextIO) -> None:
+    info = doc["tensor"]
+    print(f"tensor {escape(info['name'])}: {json.dumps(info, ensure_ascii=True)}", file=out)
+    if doc["statistics"] is not None:
+        stats = doc["statistics"]
+        print(f"  {_show_stats(stats)}  elements {stats['elements']}", file=out)
+    with np.printoptions(threshold=64, edgeitems=4, linewidth=100):
+        print(f"  values:\n{array!r}", file=out)
+
+
+def _layer_doc(source: Any, prefix: str, kw: dict[str, int]) -> dict[str, Any]:
+    """``--layer``: a quantised layer's facts, its stored tensors, and statistics of its
+    dequantised ``float32[k, n]`` weights (the reader's ``dequantize``)."""
+    if not _is_layer(source, prefix):
+        raise _Usage(_not_a_layer(source, prefix))
+    stored = [source.entry(f"{prefix}.{part}", **kw)
+              for part in ("qweight", "qzeros", "scales", "bias")
+              if f"{prefix}.{part}" in source]  # fmt: skip
+    q, scales = stored[0], next(e for e in stored if e.name.endswith(".scales"))
+    weights = source.dequantize(prefix, **kw)
+    return {"layer": {"prefix": prefix, **kw, "bits": q.bits, "group_size": q.group_size,
+                      "layout": _family(q.layout).upper(), "in_features": q.k,
+                      "out_features": q.n, "scale_dtype": scales.dtype,
+                      "tensors": [e.to_dict() for e in stored],
+                      "weights": {"dtype": "F32", "shape": list(weights.shape),
+                                  **_stats(weights.astype(np.float64))}}}  # fmt: skip
+
+
+def _not_a_layer(source: Any, name: str) -> str:
+    """Why ``--layer NAME`` names no quantised layer, and what to give instead."""
+    head, _, part = name.rpartition(".")
+    if part in ("qweight", "qzeros", "scales", "bias") and _is_layer(source, head):
+        return (f"{escape(name)} is a tensor of the quantised layer {escape(head)}; use "
+                f"--layer {escape(head)} (or --tensor {escape(name)})")  # fmt: skip
+    if name in source:
+        return f"{escape(name)} is a tensor, not a quantised layer; use --tensor {escape(name)}"
+    return f"no quantised layer named {escape(name)!r} (the table lists the .qweight of each)"
+
+
+def _print_layer(doc: dict[str, Any], out: TextIO) -> None:
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    layer = doc["layer"]
+    p(f"layer {escape(layer['prefix'])}" + (f" (rank {layer['rank']}'s shard)"
+                                            if "rank" in layer else ""))  # fmt: skip
+    p(_line("bits", str(layer["bits"])))
+    p(_line("group size", _group(layer["group_size"]).removeprefix("group size ")))
+    p(_line("stored layout", "Marlin" if layer["layout"] == "MARLIN" else "AWQ"))
+    p(_line("in features", f"{layer['in_features']} (k)"))
+    p(_line("out features", f"{layer['out_features']} (n)"))
+    p(_line("scales", layer["scale_dtype"]))
+    p(_line("stored tensors", str(len(layer["tensors"]))))
+    rows = [_table_row(t)[1:] for t in layer["tensors"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        p("    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+    w = layer["weights"]
+    shape = "x".join(map(str, w["shape"]))
+    p(_line("dequantised", f"float32 {shape}: {_show_stats(w)}"))
+
+
+def _one(source: Any, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """``--tensor`` or ``--layer``: its document (and the tensor's array), or ``_Usage``."""
+    name = args.tensor if args.tensor is not None else args.layer
+    kw = _rank_kw(source, args, escape(name))
+    if args.tensor is not None:
+        return _tensor_doc(source, name, kw)
+    return _layer_doc(source, name, kw), None
+
+
+def _explain(args: argparse.Namespace, out: TextIO, source: Any, doc: dict[str, Any],
+             rows: Callable[[], Iterable[dict[str, Any]]],
+             text: Callable[[], None]) -> int:  # fmt: skip
+    """Print what was asked of a validated source: its ``--json`` document (streaming the
+    tensors from ``rows``) or its ``text``.  With ``--tensor`` or ``--layer``, that report is
+    made first (a usage error prints nothing on stdout), then printed after the text, or with
+    ``--json`` alone: one JSON document, ``valid``, ``verified`` and ``path`` first."""
+    if args.tensor is None and args.layer is None:
+        if args.json:
+            write_json(doc, rows(), out)
+            print(file=out)
+        else:
+            text()
+        return EXIT_OK
+    try:
+        one, array = _one(source, args)
+    except _Usage as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.json:
+        if one.get("statistics") is not None:
+            one["statistics"] = _json_stats(one["statistics"])
+        if "layer" in one:
+            one["layer"]["weights"] = _json_stats(one["layer"]["weights"])
+        head = {"valid": True, "verified": doc["verified"], "path": doc["path"]}
+        json.dump({**head, **one}, out, indent=2, ensure_ascii=True)
+        print(file=out)
+        return EXIT_OK
+    text()
+    print(file=out)
+    if args.tensor is not None:
+        _print_tensor(one, array, out)
+    else:
+        _print_layer(one, out)
     return EXIT_OK
 
 
@@ -273,43 +492,43 @@ def _dump_checkpoint(args: argparse.Namespace, out: TextIO) -> int:
             if args.verify:
                 src.verify()
             doc = checkpoint_summary(src, verified=args.verify)
-            rows = (info.to_dict() for info in src.entries())
-            if args.json:
-                write_json(doc, rows, out)
-                print(file=out)
-            else:
-                _print_checkpoint(doc, rows, out)
-            if args.tensor is not None:
-                if _report_tensor(src, args.tensor, out) != EXIT_OK:
-                    return EXIT_USAGE
+
+            def rows() -> Iterator[dict[str, Any]]:
+                return (info.to_dict() for info in src.entries())
+
+            def text() -> None:
+                _print_checkpoint(doc, rows, out, whole=args.config)
+
+            return _explain(args, out, src, doc, rows, text)
     except FormatError as exc:
         return _report_invalid(args, exc, out)
     except BrokenPipeError:
         raise  # stdout closed early (`| head`): the entry point's business, not the input's
     except OSError as exc:
         return _unreadable(args.file, exc)
-    return EXIT_OK
 
 
-def _print_checkpoint(doc: dict[str, Any], rows: Iterable[dict[str, Any]], out: TextIO) -> None:
+def _print_checkpoint(doc: dict[str, Any], rows: Callable[[], Iterable[dict[str, Any]]],
+                      out: TextIO, *, whole: bool) -> None:  # fmt: skip
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p(f"legacy checkpoint {escape(doc['path'])} (not AWQ-v2)")
-    p(f"  source format    {doc['source_format']}")
+    p(_line("source format", doc["source_format"]))
     total = sum(f["size"] for f in doc["files"])
-    p(f"  files            {len(doc['files'])}, {total:,} bytes")
+    p(_line("files", f"{len(doc['files'])}, {total:,} bytes"))
     for f in doc["files"]:
         p(f"    {escape(f['name'])}  {f['size']:,} bytes")
-    p(f"  tensors          {doc['tensor_count']} (quantised layers in the AWQ layouts)")
-    p(f"  layers           {len(doc['layers'])}")
-    p("  checksums        none stored" + ("; every tensor read" if doc["verified"] else ""))
-    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True).splitlines()
-    p(f"  configuration    {len(meta)} lines" if doc["metadata"] else "  configuration    none")
-    for line in meta[:40] if doc["metadata"] else []:
-        p(f"    {line}")
-    if len(meta) > 40:
-        p(f"    ... {len(meta) - 40} more lines (use --json)")
-    p("  convert with     python -m reference.convert SRC DST")
-    table = [_legacy_row(r) for r in rows]
+    p(_line("tensors", f"{doc['tensor_count']} (quantised layers in the AWQ layouts)"))
+    p(_line("layers", str(len(doc["layers"]))))
+    p(_line("checksums", "none stored" + ("; every tensor read" if doc["verified"] else "")))
+    for line in _config_lines(doc["metadata"], rows()):
+        p(line)
+    _print_metadata(doc["metadata"], out, whole=whole, label="configuration")
+    if doc["layers"]:
+        p(_line("convert with", "awq2-convert SRC DST"))
+    else:  # what awq2-convert would refuse (NOT_QUANTISED) is not suggested [CONV-4]
+        p(_line("convert", "nothing to convert: no quantised layer (quantise it first, e.g. "
+                "AWQ W4A16 with AutoAWQ or llm-compressor)"))  # fmt: skip
+    table = [_legacy_row(r) for r in rows()]
     if table:
         header = ("bytes", "dtype", "shape", "layout", "name")
         widths = [max(len(r[i]) for r in [header, *table]) for i in range(4)]
@@ -371,47 +590,56 @@ def _dump_set(args: argparse.Namespace, out: TextIO) -> int:
         with FileSet(args.file, validate=True) as fs:
             if args.verify:
                 fs.verify()
-            doc = set_summary(fs, verified=args.verify)
-            if args.json:
-                write_json(doc, set_rows(fs), out)
-                print(file=out)
-            else:
-                _print_set(doc, fs, out)
-            if args.tensor is not None:
-                if _report_tensor(fs, args.tensor, out) != EXIT_OK:
-                    return EXIT_USAGE
+            doc = set_summary(fs, verified=args.verify)  # a rank set's metadata: [SET-14]
+            return _explain(args, out, fs, doc, lambda: set_rows(fs),
+                            lambda: _print_set(doc, fs, out, whole=args.config))  # fmt: skip
     except FormatError as exc:
         return _report_invalid(args, exc, out)
     except BrokenPipeError:
         raise
     except OSError as exc:
         return _unreadable(args.file, exc)
-    return EXIT_OK
 
 
-def _print_set(doc: dict[str, Any], fs: FileSet, out: TextIO) -> None:
+def _print_members(doc: dict[str, Any], out: TextIO) -> None:
+    """Each member as the manifest lists it; of a rank set, grouped by rank."""
     p = lambda *a: print(*a, file=out)  # noqa: E731
-    kind = "one file per tensor-parallel rank" if doc["kind"] == "rank" else "split by size"
+
+    def member(f: dict[str, Any], indent: str) -> str:
+        return (f"{indent}{escape(f['name'])}  {f['size']:,} bytes  {f['tensor_count']} "
+                f"tensors, {f['layers']} layers  header_crc {f['header_crc']}")  # fmt: skip
+
+    if doc["kind"] != "rank":
+        for f in doc["files"]:
+            p(member(f, "    "))
+        return
+    for rank in range(doc["tp_size"]):
+        p(f"    rank {rank}")
+        for f in doc["files"]:
+            if f["rank"] == rank:
+                p(member(f, "      "))
+
+
+def _print_set(doc: dict[str, Any], fs: FileSet, out: TextIO, *, whole: bool) -> None:
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    ranks = doc["kind"] == "rank"
+    kind = "one file per tensor-parallel rank" if ranks else "split by size"
     p(f"AWQ-v2 file set {escape(doc['path'])}")
-    p(f"  kind             {doc['kind']} ({kind})" + (
-        f", tp_size {doc['tp_size']}" if doc["kind"] == "rank" else ""))  # fmt: skip
-    p(f"  files            {len(doc['files'])}, {doc['total_size']:,} bytes")
-    for f in doc["files"]:
-        rank = f"rank {f['rank']}  " if "rank" in f else ""
-        p(f"    {escape(f['name'])}  {rank}{f['size']:,} bytes  {f['tensor_count']} tensors, "
-          f"{f['layers']} layers  header_crc {f['header_crc']}")  # fmt: skip
-    where = "every rank holds" if doc["kind"] == "rank" else "in all"
-    p(f"  tensors          {doc['tensor_count']} ({where}), {doc['layers']} quantised layers")
-    p("  checked          manifest, every member, no extra .awq2 file, names"
-      + (", ranks" if doc["kind"] == "rank" else "")
-      + ("; every payload checksum and SHA-256 verified" if doc["verified"] else ""))  # fmt: skip
-    meta = json.dumps(doc["metadata"], indent=2, ensure_ascii=True, sort_keys=True).splitlines()
-    p(f"  metadata         {len(meta)} lines (the first member's)" if doc["metadata"]
-      else "  metadata         none")  # fmt: skip
-    for line in meta[:40] if doc["metadata"] else []:
-        p(f"    {line}")
-    if len(meta) > 40:
-        p(f"    ... {len(meta) - 40} more lines (use --json)")
+    p(_line("kind", f"{doc['kind']} ({kind})" + (f", tp_size {doc['tp_size']}" if ranks else "")))
+    p(_line("files", f"{len(doc['files'])}, {doc['total_size']:,} bytes"))
+    _print_members(doc, out)
+    where = "every rank holds" if ranks else "in all"
+    p(_line("tensors", f"{doc['tensor_count']} ({where}), {doc['layers']} quantised layers"))
+    checked = "manifest, every member, no extra .awq2 file, names" + (
+        ", ranks, metadata" if ranks else ""
+    )
+    verified = "; every payload checksum and SHA-256 verified" if doc["verified"] else ""
+    p(_line("checked", checked + verified))
+    first_rank = (r for r in set_rows(fs) if r.get("rank", 0) == 0)  # what every rank holds
+    for line in _config_lines(doc["metadata"], first_rank):
+        p(line)
+    what = ", the same in every member" if ranks else ", the first member's"
+    _print_metadata(doc["metadata"], out, whole=whole, what=what)
     rows = [(escape(r["file"]), *_table_row(r)) for r in set_rows(fs)]
     if rows:
         header = ("file", "offset", "bytes", "dtype", "shape", "layout", "name")
@@ -423,27 +651,46 @@ def _print_set(doc: dict[str, Any], fs: FileSet, out: TextIO) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m reference.dump",
-        description="Explain an AWQ-v2 file: header, flags, metadata and a tensor table; a "
-        "file set (its folder or manifest): its kind, every member and every tensor with its "
-        "file; or a legacy checkpoint (AWQ v1 or compressed-tensors folder or safetensors "
-        "file): its format, files, configuration and tensors as reference.open presents "
-        "them. The input is fully validated first; an invalid one prints its error code, "
-        "offset and message and exits 1.",
-        epilog="exit status: 0 valid, 1 invalid input, 2 usage error, 3 unreadable input",
+        prog="awq2-dump",
+        description="Explain an AWQ-v2 file: header, flags, a summary of its configuration and "
+        "a tensor table; a file set (its folder or manifest): its kind, every member (by rank "
+        "for a rank set) and every tensor with its file; or a legacy checkpoint (AWQ v1 or "
+        "compressed-tensors folder or safetensors file): its format, files, configuration and "
+        "tensors as reference.open presents them. The input is fully validated first; an "
+        "invalid one prints its error code, offset and message and exits 1.",
+        epilog="exit status: 0 valid, 1 invalid input, 2 usage error, 3 unreadable input, "
+        "130 interrupted (Ctrl-C)",
     )
     parser.add_argument("file", help="the .awq2 file, a model folder, a file set's folder or "
                         "manifest, or a checkpoint folder or file")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="one JSON document with stable keys")
     parser.add_argument("--verify", action="store_true", help="also check every payload checksum")
-    parser.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
+    parser.add_argument("--config", action="store_true", help="print the whole configuration "
+                        "(the metadata), not its summary")  # fmt: skip
+    one = parser.add_mutually_exclusive_group()
+    one.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
+    one.add_argument("--layer", metavar="PREFIX", help="explain one quantised layer: bits, "
+                     "group size, stored layout, in/out features, its stored tensors and "
+                     "statistics of its dequantised weights")  # fmt: skip
+    parser.add_argument("--rank", metavar="R", type=int, help="of a rank set: the rank whose "
+                        "shard --tensor or --layer shows (each rank holds its own)")  # fmt: skip
     parser.add_argument("--hexdump", action="store_true", help="hex dump of the header and trailer")
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = out or sys.stdout
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.rank is not None and args.tensor is None and args.layer is None:
+            parser.error("--rank selects the shard that --tensor or --layer shows; give one")
+        return _dump(args, out or sys.stdout)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dump(args: argparse.Namespace, out: TextIO) -> int:
     if is_set_path(Path(args.file)):
         return _dump_set(args, out)
     if os.path.isdir(args.file) and os.path.isfile(os.path.join(args.file, MODEL_FILE)):
@@ -465,19 +712,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             if args.verify:
                 reader.verify()
             doc = summary(reader, verified=args.verify)
-            if args.json:
-                write_json(doc, tensor_rows(reader), out)
-                print(file=out)
-            else:
-                _print_text(doc, reader, out)
         except FormatError as exc:
             return _report_invalid(args, exc, out)
-        if args.hexdump and not args.json:
-            _hexdumps(args.file, reader.file_size, out)
-        if args.tensor is not None:
-            if _report_tensor(reader, args.tensor, out) != EXIT_OK:
-                return EXIT_USAGE
-    return EXIT_OK
+
+        def text() -> None:
+            _print_text(doc, reader, out, whole=args.config)
+            if args.hexdump:
+                _hexdumps(args.file, reader.file_size, out)
+
+        return _explain(args, out, reader, doc, lambda: tensor_rows(reader), text)
 
 
 def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> int:

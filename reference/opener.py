@@ -20,7 +20,11 @@ from spec.constants import MAGIC
 
 
 def open(  # noqa: A001
-    path: str | os.PathLike[str], *, validate: bool = False, copy: bool = False
+    path: str | os.PathLike[str],
+    *,
+    validate: bool = False,
+    copy: bool = False,
+    rank: int | None = None,
 ) -> Reader | FileSet | Checkpoint:
     """Open an AWQ-v2 file, a file set, or an AWQ v1 or compressed-tensors checkpoint (file or
     folder) through the same API.
@@ -35,10 +39,21 @@ def open(  # noqa: A001
     AWQ-v2 when it starts with the magic; a folder, or a file that starts like safetensors, is
     a checkpoint: compressed-tensors when its ``config.json`` says so [CT-1], else AWQ v1
     [V1-1].
+
+    ``rank=r`` opens rank ``r``'s members of a rank set (``convert --tp T``): what the worker
+    of rank ``r`` reads, each tensor that rank's shard.  Opened without it, a rank set gives
+    its names, layers, metadata, ``validate()`` and ``verify()`` over every member, but a
+    tensor, an entry or a layer only with ``rank=`` on the call: ``TP_RANK_REQUIRED``
+    otherwise [SET-13].  Anything else holds the whole model, one rank's worth: ``rank`` 0
+    (or none) is all it has.
     """
     p = Path(path)
     if is_set_path(p):
-        return FileSet(p, validate=validate, copy=copy)
+        opened = FileSet(p, validate=validate, copy=copy, rank=rank)
+        if opened.kind != "rank":
+            _whole_model(opened, rank, path)
+        return opened
+    _whole_model(None, rank, path)
     if p.is_dir():
         if (p / MODEL_FILE).is_file():
             return Reader(p / MODEL_FILE, validate=validate, copy=copy)
@@ -48,6 +63,17 @@ def open(  # noqa: A001
     if head != MAGIC and is_safetensors(p):
         return open_checkpoint(p)
     return Reader(p, validate=validate, copy=copy)
+
+
+def _whole_model(opened: FileSet | None, rank: int | None, path: str | os.PathLike[str]) -> None:
+    """``rank`` 0 or none: what a single file, a split set or a checkpoint allows."""
+    if rank in (None, 0):
+        return
+    if opened is not None:
+        opened.close()
+    raise ValueError(f"rank={rank}: {os.fspath(path)!r} is not a rank set; it holds the whole "
+                     "model (rank 0 only). Cut a layer's shard with linear(prefix, tp_rank=R, "
+                     "tp_size=T, parallel=...)")  # fmt: skip
 
 
 __all__ = ["open"]

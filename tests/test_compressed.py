@@ -143,7 +143,7 @@ def test_dump_explains_the_checkpoint_file(tmp_path, capsys):
     ck = write_ct_checkpoint(tmp_path / "ck")
     assert dump_main([str(ck.folder / "model.safetensors")]) == 0
     out = capsys.readouterr().out
-    assert "not AWQ-v2" in out and "compressed-tensors" in out and "reference.convert" in out
+    assert "not AWQ-v2" in out and "compressed-tensors" in out and "awq2-convert SRC DST" in out
 
 
 def test_dry_run_plans_the_layers(tmp_path, capsys):

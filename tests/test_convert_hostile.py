@@ -161,3 +161,33 @@ def test_rules_nested_too_deeply_are_a_usage_error(tmp_path, capsys):
         convert_main([str(AWQ), str(tmp_path / "out"), "--tp", "2", "--tp-rules", str(rules)])
     assert "not JSON in UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_cut_short_while_converting_is_refused_not_a_sigbus(tmp_path):
+    """Item 15: SRC's safetensors truncated while the converter reads it (a download or a sync
+    still writing it) killed the converter with SIGBUS (its tensors were read through
+    safetensors' memory map) and left the partial behind; now the short read is
+    V1_INCOMPLETE, exit 1, and nothing is left at DST."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in AWQ.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    dst = tmp_path / "out"
+    script = textwrap.dedent(f"""
+        import os, sys
+        from reference import convert
+        real = convert._prepare_step
+        calls = []
+        def cut(src, step):
+            calls.append(step)
+            if len(calls) == 2:
+                os.truncate({str(src / "model.safetensors")!r}, 4096)
+            return real(src, step)
+        convert._prepare_step = cut
+        sys.exit(convert.main([{str(src)!r}, {str(dst)!r}, "--jobs", "1", "--quiet"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 1, result
+    assert "[V1_INCOMPLETE]" in result.stderr and "runs past the end of the file" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

@@ -1,4 +1,4 @@
-"""``python -m reference.dump`` explains what ``reference.open`` opens: a legacy checkpoint
+"""``awq2-dump`` (``python -m reference.dump``) explains what ``reference.open`` opens: a legacy checkpoint
 folder (AWQ v1 or compressed-tensors) or one of its safetensors files, as well as AWQ-v2.
 
 The fixtures are the real quantisers' checkpoints (``tests/fixtures/real/``); the expected
@@ -66,7 +66,12 @@ def test_text_of_a_checkpoint_folder(capsys):
     assert out.startswith(f"legacy checkpoint {folder} (not AWQ-v2)\n")
     assert f"  tensors          {tensors} " in out
     assert f"  layers           {layers}\n" in out
-    assert "python -m reference.convert" in out
+    assert "  convert with     awq2-convert SRC DST\n" in out  # the console script's name
+    weights = json.loads((folder / "config.json").read_text(encoding="utf-8"))[
+        "quantization_config"]["config_groups"]["group_0"]["weights"]  # fmt: skip
+    assert (f"  quantisation     {weights['num_bits']}-bit, group size {weights['group_size']}, "
+            f"AWQ ({layers} layers)\n") in out  # fmt: skip
+    assert '"quantization_config"' not in out  # the whole configuration: only with --config
     assert "AWQ_QWEIGHT 4b g32 k128 n128" in out  # q_proj: hidden 128 -> 4 heads x 32
 
 

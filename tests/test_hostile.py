@@ -574,7 +574,7 @@ def test_converter_killed_at_random_points_never_publishes_and_the_next_run_clea
     dest = tmp_path / "out" / "model.awq2"
     dest.parent.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "reference.convert", str(src), str(dest), "--quiet"]
+    cmd = [sys.executable, "-m", "reference.convert", str(src), str(dest), "--quiet", "--overwrite"]
 
     def start(previous: list[Path]) -> subprocess.Popen[bytes]:
         """Start a run and return once it has created its temporary file (or ended)."""

@@ -360,8 +360,9 @@ def test_linear_of_a_prefix_that_is_no_layer(tmp_path, family):
 
 
 def test_shard_replaced_after_opening(tmp_path):
-    """V1-3: a shard replaced after opening by a valid one that lacks a tensor its header had
-    is refused when the tensor is read (offset: where the payload was), not a traceback."""
+    """V1-3: a shard rewritten after opening by a valid one that lacks a tensor its header had
+    (the same file, shorter now), or replaced by another file renamed over it, is refused when
+    the tensor is read (offset: where the payload was), not a traceback or a SIGBUS."""
     folder = v1_folder(tmp_path)
     with reference.open(folder) as v1:
         offset = v1.entry("model.embed_tokens.weight").offset
@@ -370,7 +371,19 @@ def test_shard_replaced_after_opening(tmp_path):
             v1.tensor("model.embed_tokens.weight")
     err = raised.value
     assert err.code == "V1_INCOMPLETE" and err.offset == offset
-    assert "model.safetensors" in err.message and err.expected == "a valid safetensors file"
+    assert "model.safetensors: tensor 'model.embed_tokens.weight' runs past the end" in err.message
+    assert err.expected == "1024 bytes" and err.found == "0 bytes"
+    (tmp_path / "renamed").mkdir()
+    folder = v1_folder(tmp_path / "renamed")
+    with reference.open(folder) as v1:
+        other = folder / "other.safetensors"
+        write_safetensors(other, {"model.embed_tokens.weight": np.ones(512, np.float16)})
+        other.replace(folder / "model.safetensors")
+        with pytest.raises(reference.LegacyError) as raised:
+            v1.tensor("model.embed_tokens.weight")
+    err = raised.value
+    assert err.code == "V1_INCOMPLETE" and "model.safetensors was replaced" in err.message
+    assert err.expected == "the file whose header was read" and err.found == "another file"
 
 
 # ------------------------------------------------------------------------------ compressed-tensors

@@ -1,4 +1,5 @@
-"""Rank sets written by ``convert --tp T`` (SET-7, SET-11, SET-12; docs/spec/sets.md).
+"""Rank sets written by ``convert --tp T`` (SET-7, SET-11, SET-12; docs/spec/sets.md), and read
+with a rank or without one (SET-13, SET-14).
 
 The expected value of every rank's tensor is cut here from the single-file conversion of the
 same checkpoint, with the cut the rules state, written out per module in :func:`expected_cut`
@@ -9,6 +10,7 @@ rows padded with zeros to a multiple of 64, everything else whole.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -21,6 +23,7 @@ import reference
 from reference.convert import convert_folder
 from reference.convert import main as convert_main
 from reference.examples import LlamaShape, write_checkpoint
+from reference.format.layers import dequantize_layer
 from reference.ground.errors import FormatError
 from reference.sets.fileset import FileSet
 from reference.sets.tpsplit import plan_for
@@ -328,3 +331,129 @@ def test_rank_errors_are_format_errors() -> None:
     with pytest.raises(FormatError) as info:
         plan_for({"architectures": ["Nope"]}, 2)
     assert info.value.code == "TP_BAD_CONFIG"
+
+
+# ------------------------------------------------------------------- reading without a rank
+
+
+def _padded_rows(shape: LlamaShape, t: int) -> int:
+    """Rows of one rank's vocabulary table: the vocabulary padded to a multiple of 64, cut in
+    ``t`` [SET-11], from the example's shape, not from the reader."""
+    return -(-shape.vocab_size // 64) * 64 // t
+
+
+def test_a_whole_rank_set_refuses_what_one_rank_answers(converted: Any) -> None:
+    """[SET-13]: opened without a rank, a rank set refuses every tensor, entry and layer
+    (which would be rank 0's shard, not the whole tensor: lm_head of the tp2 set has 512
+    rows in the source, 256 in each rank), naming the tensor and the rank argument."""
+    t, shape, single, ranks = converted
+    with reference.open(single) as one:
+        assert one.tensor("lm_head.weight").shape == (shape.vocab_size, shape.hidden_size)
+    prefix = "model.layers.0.mlp.down_proj"
+    calls = {
+        "tensor": lambda s: s.tensor("lm_head.weight"),
+        "entry": lambda s: s.entry("lm_head.weight"),
+        "view": lambda s: s.view(s.entry("lm_head.weight", rank=0)),
+        "tensors": lambda s: next(s.tensors()),
+        "linear": lambda s: s.linear(prefix),
+        "dequantize": lambda s: s.dequantize(prefix),
+        "read_into": lambda s: s.read_into("lm_head.weight", bytearray(1 << 20)),
+        "read_many_into": lambda s: s.read_many_into([("lm_head.weight", bytearray(1 << 20))]),
+    }
+    with reference.open(ranks) as many:
+        for call, access in calls.items():
+            with pytest.raises(FormatError) as info:
+                access(many)
+            err = info.value
+            assert err.code == "TP_RANK_REQUIRED", call
+            assert f"tensor parallelism {t}" in err.message, call
+            assert (
+                f"rank=0..{t - 1}" in err.message and "reference.open(PATH, rank=R)" in err.message
+            )
+            name = {"linear": prefix, "dequantize": prefix, "tensors": "every tensor"}.get(
+                call, "lm_head.weight"
+            )
+            assert name in err.message, call
+        # names, layers, metadata and the whole-set checks need no rank
+        assert "lm_head.weight" in many and many.names() == many.names(rank=t - 1)
+        assert prefix in many.layers()
+        assert many.metadata["tensor_parallel"]["tp_size"] == t
+        many.validate()
+        many.verify()
+        # and a rank given on the call still answers
+        assert many.tensor("lm_head.weight", rank=t - 1).shape == (
+            _padded_rows(shape, t), shape.hidden_size)  # fmt: skip
+
+
+def test_open_with_a_rank_reads_that_ranks_shards(converted: Any) -> None:
+    """[SET-13]: ``reference.open(path, rank=r)`` opens rank r's members; every access answers
+    with r's shard, equal to the cut made here from the single file."""
+    t, shape, single, ranks = converted
+    rows = _padded_rows(shape, t)
+    prefix = "model.layers.0.self_attn.o_proj"
+    with reference.open(single) as one:
+        table = one.tensor("lm_head.weight")
+        full = np.zeros((rows * t, table.shape[1]), table.dtype)
+        full[: table.shape[0]] = table
+        for r in range(t):
+            with reference.open(ranks, rank=r) as mine:
+                assert isinstance(mine, FileSet)
+                assert [m.path.name for m in mine.members] == [f"model-tp{t}-rank{r}.awq2"]
+                got = mine.tensor("lm_head.weight")
+                assert np.array_equal(got, full[r * rows : (r + 1) * rows]), r
+                assert mine.entry("lm_head.weight").shape == (rows, shape.hidden_size)
+                _parallel, index, count = expected_cut(prefix, t, shape)[r]
+                want = one.linear(prefix, tp_rank=index, tp_size=count, parallel="row")
+                layer = mine.linear(prefix)
+                assert (layer.tp_rank, layer.k, layer.n) == (r, want.k, want.n)
+                assert np.array_equal(mine.dequantize(prefix), dequantize_layer(want))
+                out = bytearray(got.nbytes)
+                assert mine.read_into("lm_head.weight", out).tobytes() == got.tobytes()
+
+
+def test_open_refuses_a_rank_it_cannot_give(converted: Any) -> None:
+    """A rank outside 0..T-1, or a rank above 0 of what holds the whole model, is a
+    ValueError; rank 0 of a single file is the file."""
+    t, _shape, single, ranks = converted
+    for bad in (t, -1):
+        with pytest.raises(ValueError, match=f"rank {bad}"):
+            reference.open(ranks, rank=bad)
+    with pytest.raises(ValueError, match="not a rank set"):
+        reference.open(single, rank=1)
+    with reference.open(single, rank=0) as one:
+        assert not isinstance(one, FileSet)
+
+
+def _hand_rank_set(tmp_path: Path, metadata: tuple[dict[str, Any], dict[str, Any]]) -> Path:
+    """A rank set of two members written by reference.save with the metadata given, its
+    manifest measured here."""
+    folder = tmp_path / "hand"
+    folder.mkdir(parents=True)
+    files = []
+    for rank, meta in enumerate(metadata):
+        path = folder / f"m-rank{rank}.awq2"
+        reference.save(path, {"w": np.full((4, 8), rank, np.float16)}, metadata=meta)
+        data = path.read_bytes()
+        files.append({"name": path.name, "size": len(data), "rank": rank,
+                      "header_crc": f"{int.from_bytes(data[124:128], 'little'):08x}",
+                      "sha256": hashlib.sha256(data).hexdigest()})  # fmt: skip
+    manifest = {"awq2_set": 1, "kind": "rank", "tp_size": 2, "files": files}
+    (folder / SET_MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
+
+
+def test_rank_set_metadata_must_agree(tmp_path: Path) -> None:
+    """[SET-14]: members whose metadata differ are refused when the set's metadata is asked,
+    naming both members; the same metadata is the set's."""
+    same = _hand_rank_set(tmp_path / "a", ({"config": {"x": 1}}, {"config": {"x": 1}}))
+    with reference.open(same, validate=True) as s:
+        assert s.metadata == {"config": {"x": 1}}
+    differ = _hand_rank_set(tmp_path / "b", ({"config": {"x": 1}}, {"config": {"x": 2}}))
+    with reference.open(differ, validate=True) as s:  # valid: the format allows it
+        with pytest.raises(FormatError) as info:
+            s.metadata  # noqa: B018
+    err = info.value
+    assert err.code == "TP_METADATA_MISMATCH"
+    assert "m-rank0.awq2" in str(err) and "m-rank1.awq2" in str(err) and "'config'" in str(err)
+    with reference.open(differ, rank=1) as one_rank:  # one rank open: nothing to compare
+        assert one_rank.metadata == {"config": {"x": 2}}

@@ -249,14 +249,17 @@ def test_missing_name_is_a_key_error(sample_file):
 
 def test_dump_explains_a_safetensors_file_and_hints_at_conversion(tmp_path, capsys):
     """reference.open reads a plain safetensors file as a checkpoint of dense tensors [V1-1];
-    dump explains it as such, not as a broken AWQ-v2 file."""
+    dump explains it as such, not as a broken AWQ-v2 file, and does not suggest converting
+    what holds no quantised layer."""
     from safetensors.numpy import save_file
 
     path = tmp_path / "model.safetensors"
     save_file({"w": np.zeros(3, np.float16)}, str(path))
     assert dump_main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "not AWQ-v2" in out and "reference.convert" in out and "BAD_MAGIC" not in out
+    assert "not AWQ-v2" in out and "BAD_MAGIC" not in out
+    # convert would refuse it (NOT_QUANTISED, CONV-4): dump does not suggest it
+    assert "awq2-convert" not in out and "nothing to convert: no quantised layer" in out
 
 
 def test_tensors_and_read_into_give_the_stored_payloads(sample_file):

@@ -1,7 +1,10 @@
 """The site: generated parts fresh, examples that run, a nav that names every page.
 
 * ``python -m tools.sitegen --check`` would pass (vector catalogue, CLI reference,
-  byte-by-byte walkthrough, byte map);
+  byte-by-byte walkthrough, the pictures: byte map, file sets, Marlin against AWQ);
+* the whole-model load chart of ``docs/benchmarks.md`` draws that page's table
+  (``python bench/plot_results.py --check`` would pass), and each picture generated whole
+  is drawn from its facts: the Marlin word of the codec picture is the chapter's check value;
 * every Python block of ``docs/reference/index.md`` runs, in order, in an empty folder;
 * the shell adapter of ``docs/conformance/index.md`` passes vectors through the runner;
 * ``mkdocs.yml`` names every page under ``docs/`` and nothing else, in plain configuration.
@@ -12,6 +15,7 @@ these tests.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import stat
@@ -43,6 +47,28 @@ def test_generated_site_parts_are_fresh() -> None:
 
 def test_sitegen_check_mode_exit_status() -> None:
     assert sitegen.main(["--check"]) == 0
+
+
+def test_benchmark_chart_draws_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    plot = importlib.import_module("plot_results")
+    cases = plot.read_cases(plot.PAGE.read_text(encoding="utf-8"))
+    assert [c.key for c in cases] == ["a", "b", "b3", "c", "d"]
+    assert plot.main(["--check"]) == 0, "stale chart: run python bench/plot_results.py"
+    svg = plot.CHART.read_text(encoding="utf-8")
+    for case in cases:  # every figure of the table is printed on its bar
+        assert f">{case.warm:.3f} s<" in svg and f">{case.cold:.3f} s<" in svg, case
+
+
+def test_codec_picture_shows_the_check_value() -> None:
+    """The Marlin word drawn is the codec chapter's check value, the AWQ word its ORDER."""
+    marlin = sitegen._marlin_cells((0,))
+    by_field = sorted((f, cell) for cell, (_, f) in marlin.items())
+    assert [cell for _, cell in by_field] == [
+        (0, 0), (8, 0), (0, 8), (8, 8), (1, 0), (9, 0), (1, 8), (9, 8)
+    ]  # fmt: skip
+    awq = {f: cell for cell, (w, f) in sitegen._awq_cells().items() if w == 0}
+    assert [awq[f] for f in range(8)] == [(0, c) for c in (0, 2, 4, 6, 1, 3, 5, 7)]
 
 
 def test_docgen_leaves_site_regions_alone(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def doc_files() -> dict[Path, bytes | None]:
     files: dict[Path, bytes | None] = {
         path: render_page(path).encode("utf-8") for path in docgen.doc_files()
     }
-    files[sitegen.FILE_MAP_SVG] = sitegen.file_map_svg().encode("utf-8")
+    files.update({path: draw().encode("utf-8") for path, draw in sitegen.PICTURES.items()})
     manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
     files[traceability.OUTPUT] = traceability.render(manifest).encode("utf-8")
     return files

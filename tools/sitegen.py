@@ -19,7 +19,10 @@ import only ``spec``.  What is generated here needs the reference and the suite 
 
 Regions use the markers of :mod:`tools.docgen` (``<!-- BEGIN GENERATED: site-... -->`` ...
 ``<!-- END GENERATED -->``); docgen leaves ``site-*`` regions alone.  The byte-map picture
-``docs/assets/file-map.svg`` is generated whole.
+``docs/assets/file-map.svg`` (the home page's and the format chapter's), ``sets.svg`` (the
+file sets chapter's: a split set against a rank set) and ``marlin-vs-awq.svg`` (the codec
+chapter's: AWQ v1 packing against the Marlin tiling, drawn from :mod:`tools.codec_tables`'
+maps) are generated whole (:data:`PICTURES`).
 
 ``python -m tools.sitegen`` rewrites what is stale; ``--check`` writes nothing and exits 1,
 naming each stale file (``python -m tools.regen`` runs it with every other generator).
@@ -43,12 +46,14 @@ from typing import Any
 import numpy as np
 
 from reference.dump import hexdump
+from reference.sets.setwriter import member_name, rank_member_name
 from spec import schema
 from spec.algorithms import bucket_of, crc32c, fnv1a_64
-from spec.constants import ALIGNMENT, SLAB_OFFSET
+from spec.constants import ALIGNMENT, SET_MANIFEST, SLAB_OFFSET
 from spec.geometry import entry_checksum, geometry_of, pack_dims
+from spec.marlin import AWQ_ORDER, TILE_K, TILE_N
 from spec.registry import DTYPE_BY_CODE, LAYOUT_BY_CODE
-from tools import DOCS, ROOT, docgen
+from tools import DOCS, ROOT, codec_tables, docgen
 
 MANIFEST = ROOT / "conformance" / "manifest.json"
 FILE_MAP_SVG = DOCS / "assets" / "file-map.svg"
@@ -319,7 +324,7 @@ def walkthrough_region(page: Path, _arg: str | None) -> str:
         f"The file is `conformance/vectors/{WALKTHROUGH_VECTOR}.awq2` ({size:,} bytes; "
         f"{vector['description']}): one `{dtype.name}` tensor `{name.decode()}` of shape "
         f"{dims} and a metadata document. Print the same with "
-        f"`python -m reference.dump conformance/vectors/{WALKTHROUGH_VECTOR}.awq2 --hexdump`.",
+        f"`awq2-dump conformance/vectors/{WALKTHROUGH_VECTOR}.awq2 --hexdump`.",
         "",
         "| part | from | to (inclusive) | bytes | spec |",
         "|---|---|---|---:|---|",
@@ -433,8 +438,9 @@ def file_map_svg() -> str:
     widths = [70, 110, 100, 45, 100, 45, 50, 150, 80]
     x0, y0, height = 10, 30, 60
     parts = [
-        '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 780 230" role="img" '
-        'aria-labelledby="t d" font-family="sans-serif" font-size="13">',
+        '<svg xmlns="http://www.w3.org/2000/svg" width="780" height="230" '
+        'viewBox="0 0 780 230" role="img" aria-labelledby="t d" font-family="sans-serif" '
+        'font-size="13">',
         '<title id="t">Byte map of an AWQ-v2 file</title>',
         '<desc id="d">Header at offset 0, zero padding to 0x10000, the slab of payloads each '
         "starting on a 64 KiB boundary, the index, then the 32-byte trailer. Not to scale.</desc>",
@@ -487,6 +493,437 @@ def file_map_svg() -> str:
     parts.append(
         f'<text x="10" y="{iy + 25}" fill="#212121" font-size="12">O(1) lookup: hash the name, '
         "read its bucket's entries</text>"
+    )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+# ------------------------------------------------------------------------------ pictures
+# Pictures of the spec pages, drawn from the facts they show (the Marlin maps of
+# tools.codec_tables, the names of reference.sets).  Each is a light card with its own
+# background, so that it reads the same in Material's light and dark palettes (an <img>
+# cannot take the page's colours), with a <title> and a <desc> for screen readers.
+
+INK = "#212121"
+GRID = "#bdbdbd"
+CARD = "#ffffff"
+FAINT = "#f5f5f5"
+ORANGE, PALE_ORANGE = "#ffb74d", "#ffe0b2"
+TEAL, INDIGO, PINK = "#00796b", "#3f51b5", "#ad1457"
+MONO = 'font-family="monospace"'
+
+SETS_SVG = DOCS / "assets" / "sets.svg"
+CODEC_SVG = DOCS / "assets" / "marlin-vs-awq.svg"
+
+
+def _svg_head(width: int, height: int, title: str, desc: str) -> list[str]:
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-labelledby="t d" '
+        'font-family="sans-serif" font-size="13">',
+        f'<title id="t">{html_escape(title)}</title>',
+        f'<desc id="d">{html_escape(desc)}</desc>',
+        f'<rect width="{width}" height="{height}" fill="{CARD}"/>',
+    ]
+
+
+def _text(
+    x: float,
+    y: float,
+    text: str,
+    *,
+    size: int = 13,
+    anchor: str = "start",
+    fill: str = INK,
+    extra: str = "",
+) -> str:
+    attrs = f' font-size="{size}"' if size != 13 else ""
+    attrs += f' text-anchor="{anchor}"' if anchor != "start" else ""
+    attrs += f" {extra}" if extra else ""
+    return f'<text x="{x:g}" y="{y:g}" fill="{fill}"{attrs}>{html_escape(text)}</text>'
+
+
+def _rect(
+    x: float, y: float, w: float, h: float, fill: str, *, stroke: str = INK, extra: str = ""
+) -> str:
+    tail = f" {extra}" if extra else ""
+    return (
+        f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" fill="{fill}" '
+        f'stroke="{stroke}"{tail}/>'
+    )
+
+
+# -- the codec chapter: one 4-bit word of each layout over the same corner of q
+
+#: Cell size of the 16 x 16 corners and where the two grids start.
+_CELL, _GRID_Y, _AWQ_X, _MARLIN_X = 18, 74, 60, 410
+_CORNER = 16  # rows and columns shown: one Marlin sub-tile, two AWQ words per row
+
+
+def _awq_cells() -> dict[tuple[int, int], tuple[int, int]]:
+    """(row, col) -> (word, field) of the AWQ v1 words of row 0 in the corner."""
+    order = AWQ_ORDER[4]
+    return {(0, 8 * c + order[f]): (c, f) for c in range(_CORNER // 8) for f in range(8)}
+
+
+def _marlin_cells(words: Sequence[int]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(row, col) -> (word, field) of the given Marlin words of array row 0."""
+    return {codec_tables.marlin_code_at(0, w, f, 4): (w, f) for w in words for f in range(8)}
+
+
+def _grid(
+    x0: int, cells: dict[tuple[int, int], tuple[int, int]], colours: dict[int, tuple[str, str]]
+) -> list[str]:
+    """The 16 x 16 corner of q with the cells of some words filled and their field numbers."""
+    out = [
+        _text(x0 + _CELL * c + _CELL / 2, _GRID_Y - 6, str(c), size=9, anchor="middle")
+        for c in range(_CORNER)
+    ]
+    out += [
+        _text(x0 - 6, _GRID_Y + _CELL * r + 13, str(r), size=9, anchor="end")
+        for r in range(_CORNER)
+    ]
+    for r in range(_CORNER):
+        for c in range(_CORNER):
+            word_field = cells.get((r, c))
+            fill = colours[word_field[0]][0] if word_field else CARD
+            x, y = x0 + _CELL * c, _GRID_Y + _CELL * r
+            out.append(_rect(x, y, _CELL, _CELL, fill, stroke=GRID))
+            if word_field:
+                out.append(
+                    _text(
+                        x + _CELL / 2,
+                        y + 13,
+                        str(word_field[1]),
+                        size=10,
+                        anchor="middle",
+                        fill=colours[word_field[0]][1],
+                    )
+                )
+    side = _CELL * _CORNER
+    out.append(_rect(x0, _GRID_Y, side, side, "none", stroke=INK))
+    out.append(
+        _text(
+            x0 + side / 2, _GRID_Y - 20, "col (n, output features) \u2192", size=11, anchor="middle"
+        )
+    )
+    out.append(_text(x0 - 4, _GRID_Y - 6, "row (k) \u2193", size=11, anchor="end"))
+    return out
+
+
+def _word(x0: int, y: int, holds: Sequence[tuple[int, int]], fill: str, ink: str) -> list[str]:
+    """One 32-bit word drawn as its 8 fields, field 0 (bits 0..3) first, with what each holds."""
+    width = _CELL * _CORNER / 8
+    out = []
+    for f, (row, col) in enumerate(holds):
+        x = x0 + width * f
+        out.append(_rect(x, y, width, 22, fill))
+        out.append(_text(x + width / 2, y + 15, f"f{f}", size=11, anchor="middle", fill=ink))
+        out.append(_text(x + width / 2, y + 38, f"{row},{col}", size=10, anchor="middle"))
+    return out
+
+
+def _tile_strip(y: int) -> list[str]:
+    """One Marlin row: tiles of 16 x 64 codes, the first cut into its four sub-tiles, and
+    the first words of tile 0 with the lane and sub-tile each belongs to."""
+    words = codec_tables.tile_words(4)
+    out = [
+        _text(
+            _AWQ_X,
+            y,
+            f"A Marlin row R holds rows 16R .. 16R+15 of q: n / {TILE_N} tiles of "
+            f"{TILE_K} x {TILE_N} codes, {words} words each.",
+            size=12,
+        ),
+        _text(
+            _AWQ_X,
+            y + 16,
+            "Each tile is four sub-tiles S of 16 columns; S0 of tile 0 is the corner drawn above.",
+            size=12,
+        ),
+    ]
+    ty, th = y + 28, 40
+    for t in range(4):
+        out.append(_rect(_AWQ_X + 160 * t, ty, 160, th, FAINT if t else CARD))
+        out.append(
+            _text(
+                _AWQ_X + 160 * t + 80,
+                ty + th + 15,
+                f"tile T = {t}" if t < 3 else "...",
+                size=11,
+                anchor="middle",
+            )
+        )
+    for s in range(4):
+        out.append(_rect(_AWQ_X + 40 * s, ty, 40, th, "#e0f2f1" if s == 0 else CARD))
+        out.append(_text(_AWQ_X + 20 + 40 * s, ty + 25, f"S{s}", size=11, anchor="middle"))
+    out.append(_text(_AWQ_X + 650, ty + 25, "n \u2192", size=11, anchor="end"))
+    wy = ty + th + 38
+    out.append(
+        _text(
+            _AWQ_X,
+            wy,
+            "The words of tile 0 in the row (word: lane L, sub-tile S); word "
+            "4L + S is lane L's share of sub-tile S:",
+            size=12,
+        )
+    )
+    for i, w in enumerate([*range(9), words - 1]):
+        x = _AWQ_X + 64 * i + (14 if i == 9 else 0)  # a gap for the ellipsis before the last
+        fill, ink = {0: (TEAL, CARD), 4: (INDIGO, CARD)}.get(w, (CARD, INK))
+        out.append(_rect(x, wy + 8, 60, 22, fill))
+        lane, sub = divmod(w, 4)
+        out.append(
+            _text(x + 30, wy + 23, f"{w}: L{lane} S{sub}", size=10, anchor="middle", fill=ink)
+        )
+        if i == 8:
+            out.append(_text(x + 63, wy + 23, "\u2026", size=12))
+    return out
+
+
+def codec_svg() -> str:
+    """AWQ v1 packing against the Marlin tiling, 4-bit, over the same 16 x 16 corner of q."""
+    awq = _awq_cells()
+    marlin = _marlin_cells((0, 4))
+    side = _CELL * _CORNER
+    parts = _svg_head(
+        720,
+        670,
+        "AWQ v1 packing against the Marlin tiling (4-bit)",
+        "The same 16 x 16 corner of the codes q, rows along k and columns along n. Left, AWQ "
+        "v1: word 0 of row 0 holds the 8 neighbouring columns 0 to 7 of row 0, field i "
+        "holding column 0, 2, 4, 6, 1, 3, 5, 7; word 1 the columns 8 to 15. Right, Marlin: "
+        "word 0 of array row 0 holds the codes at (row, col) (0,0), (8,0), (0,8), (8,8), "
+        "(1,0), (9,0), (1,8), (9,8); word 4, lane 1, the same pattern two rows down. Below, "
+        "a Marlin row: tiles of 16 x 64 codes, each of four 16-column sub-tiles, 128 words "
+        "per tile, word 4L + S belonging to lane L and sub-tile S.",
+    )
+    parts.append(
+        _text(
+            _AWQ_X, 20, "AWQ v1: AWQ_QWEIGHT, I32 [k, n / 8]", size=14, extra='font-weight="bold"'
+        )
+    )
+    parts.append(
+        _text(
+            _MARLIN_X,
+            20,
+            "Marlin: MARLIN_QWEIGHT, I32 [k / 16, 2n]",
+            size=14,
+            extra='font-weight="bold"',
+        )
+    )
+    parts += _grid(_AWQ_X, awq, {0: (ORANGE, INK), 1: (PALE_ORANGE, INK)})
+    parts += _grid(_MARLIN_X, marlin, {0: (TEAL, CARD), 4: (INDIGO, CARD)})
+    wy = _GRID_Y + side + 22
+    parts.append(
+        _text(_AWQ_X, wy, "word [0][0], fields 0 .. 7 (f0 = bits 0..3): row, col", size=11)
+    )
+    parts.append(
+        _text(_MARLIN_X, wy, "word [0][0], fields 0 .. 7 (f0 = bits 0..3): row, col", size=11)
+    )
+    by_field = {v: k for k, v in awq.items()}
+    parts += _word(_AWQ_X, wy + 8, [by_field[(0, f)] for f in range(8)], ORANGE, INK)
+    by_field = {v: k for k, v in marlin.items()}
+    parts += _word(_MARLIN_X, wy + 8, [by_field[(0, f)] for f in range(8)], TEAL, CARD)
+    cy = wy + 68
+    order = ", ".join(str(i) for i in AWQ_ORDER[4])
+    for i, line in enumerate(
+        (
+            "One word: 8 neighbouring columns of one row,",
+            f"interleaved {order}. A row of q is n / 8 words;",
+            "rows follow one another.",
+        )
+    ):
+        parts.append(_text(_AWQ_X, cy + 16 * i, line, size=12))
+    for i, line in enumerate(
+        (
+            "One word: lane 0 of sub-tile 0, rows 0, 1, 8, 9 of",
+            "columns 0 and 8 (the mma.m16n8k16 B fragment).",
+            "Word 4, lane 1: rows 2, 3, 10, 11 of the same columns.",
+        )
+    ):
+        parts.append(_text(_MARLIN_X, cy + 16 * i, line, size=12))
+    parts += _tile_strip(cy + 70)
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+# -- the sets chapter: a split set against a rank set
+
+#: Glyph size of one tensor, drawn as q[k, n]: rows along k, columns along n.
+_GW, _GH, _GSTEP = 22, 16, 25
+#: How tensor parallelism cuts each tensor drawn for a layer (q_proj, o_proj, a norm).
+_LAYER_CUTS = ("column", "row", "whole")
+_MEMBER_W, _MANIFEST_W = 150, 232
+
+
+def _glyph(x: float, y: float, cut: str, part: int | None, colour: str) -> list[str]:
+    """One tensor: whole (``part`` None), or rank ``part``'s half of it, the other half an
+    outline: column-parallel cuts n (left | right), row-parallel cuts k (top / bottom)."""
+    if part is None or cut == "whole":
+        return [_rect(x, y, _GW, _GH, colour)]
+    out = [_rect(x, y, _GW, _GH, CARD, extra='stroke-dasharray="3 2"')]
+    if cut == "column":
+        out.append(_rect(x + part * _GW / 2, y, _GW / 2, _GH, colour))
+    else:
+        out.append(_rect(x, y + part * _GH / 2, _GW, _GH / 2, colour))
+    return out
+
+
+def _member(
+    x: float, y: float, name: str, rows: Sequence[str], part: int | None, colour: str
+) -> list[str]:
+    """A member file: its name, then one line per layer it holds (q_proj, o_proj, norm)."""
+    out = [
+        _rect(x, y, _MEMBER_W, 26 + 22 * len(rows), FAINT, extra='rx="4"'),
+        _text(x + 5, y + 15, name, size=9, extra=MONO),
+    ]
+    for i, label in enumerate(rows):
+        ry = y + 22 + 22 * i
+        if label == "\u22ee":
+            out.append(_text(x + 24, ry + 14, label, size=13))
+            continue
+        out.append(_text(x + 5, ry + 13, label, size=10))
+        if not label.startswith("layers."):  # a dense tensor, drawn whole (cut or not)
+            out.append(_rect(x + 74, ry + 2, 2 * _GSTEP + _GW - 4, _GH, colour))
+            continue
+        for j, cut in enumerate(_LAYER_CUTS):
+            out += _glyph(x + 70 + _GSTEP * j, ry + 2, cut, part, colour)
+    return out
+
+
+def _manifest(x: float, y: float, lines: Sequence[str], members: Sequence[float]) -> list[str]:
+    """The manifest with its lines, and a connector to each member's left edge."""
+    height = 22 + 14 * len(lines)
+    out = [
+        _rect(x, y, _MANIFEST_W, height, "#fff8e1", extra='rx="4"'),
+        _text(x + 6, y + 15, SET_MANIFEST, size=11, extra=f'{MONO} font-weight="bold"'),
+    ]
+    out += [
+        _text(
+            x + 6 + 6 * (len(line) - len(line.lstrip())),
+            y + 30 + 14 * i,
+            line.strip(),
+            size=10,
+            extra=MONO,
+        )
+        for i, line in enumerate(lines)
+    ]
+    out += [
+        f'<path d="M{x + _MANIFEST_W:g} {y + 12:g} L{mx:g} {y + 12:g}" fill="none" '
+        f'stroke="{INK}" stroke-dasharray="2 2"/>'
+        for mx in members
+    ]
+    return out
+
+
+def _split_panel(y: float) -> list[str]:
+    names = [member_name(i, 3) for i in (1, 2, 3)]
+    xs = [250 + (_MEMBER_W + 6) * i for i in range(3)]
+    out = [
+        _text(
+            10,
+            y,
+            'Split set: kind "split" (filled in order, each member at most the size limit)',
+            size=14,
+            extra='font-weight="bold"',
+        )
+    ]
+    out += _manifest(
+        10,
+        y + 10,
+        [
+            '"kind": "split"',
+            "files, in order:",
+            *(f"  {n}" for n in names),
+            "each: size, header_crc, sha256",
+        ],
+        xs,
+    )
+    contents = (
+        ("embed_tokens", "layers.0", "\u22ee"),
+        ("layers.11", "layers.12", "\u22ee"),
+        ("layers.22", "\u22ee", "layers.31"),
+    )
+    for x, name, rows in zip(xs, names, contents, strict=True):
+        out += _member(x, y + 10, name, rows, None, TEAL)
+    out.append(
+        _text(
+            10,
+            y + 140,
+            "Every tensor and every quantised layer is whole, in one "
+            "member; a name is looked up member by member, in the "
+            "manifest's order.",
+            size=12,
+        )
+    )
+    return out
+
+
+def _rank_panel(y: float) -> list[str]:
+    names = [rank_member_name(r, 2) for r in (0, 1)]
+    xs = [250 + (_MEMBER_W + 6) * r for r in (0, 1)]
+    out = [
+        _text(
+            10,
+            y,
+            'Rank set: kind "rank", tp_size 2 (one file per rank)',
+            size=14,
+            extra='font-weight="bold"',
+        )
+    ]
+    out += _manifest(
+        10,
+        y + 10,
+        [
+            '"kind": "rank", "tp_size": 2',
+            "files:",
+            *(f"  {n} rank {r}" for r, n in enumerate(names)),
+            "each: size, header_crc, sha256",
+        ],
+        xs,
+    )
+    rows = ("layers.0", "layers.1", "\u22ee", "layers.31")
+    for r, (x, name, colour) in enumerate(zip(xs, names, (INDIGO, PINK), strict=True)):
+        out += _member(x, y + 10, name, rows, r, colour)
+    notes = (
+        "Each rank's file holds its",
+        "shard of every layer,",
+        "already cut: q_proj",
+        "along n, o_proj along k,",
+        "the norm whole. Rank r",
+        "reads its own file only:",
+        "contiguous, 64 KiB-aligned",
+        "payloads.",
+    )
+    out += [_text(570, y + 22 + 14 * i, line, size=11) for i, line in enumerate(notes)]
+    return out
+
+
+def sets_svg() -> str:
+    """A split set against a rank set, tensors drawn as q[k, n] (q_proj, o_proj, a norm)."""
+    parts = _svg_head(
+        720,
+        370,
+        "A split set against a rank set",
+        f"Above, a split set: {SET_MANIFEST} lists three members filled in order, each holding "
+        "whole tensors and whole layers (embed_tokens, layers.0 onwards in the first, "
+        "layers.11 onwards in the second, layers.22 to layers.31 in the third). Below, a rank "
+        "set for two tensor-parallel ranks: the manifest lists one file per rank with its "
+        "rank; each holds its rank's shard of every layer, q_proj cut along n, o_proj cut "
+        "along k, the norm whole.",
+    )
+    parts += _split_panel(20)
+    parts += _rank_panel(190)
+    parts.append(
+        _text(
+            10,
+            360,
+            "A layer is drawn as its q_proj, o_proj and norm, each as "
+            "q[k, n] (rows: k, columns: n). Filled: what the file holds; "
+            "dashed: another rank's part.",
+            size=11,
+        )
     )
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
@@ -562,9 +999,17 @@ def render_text(text: str, page: Path) -> str:
     return "\n".join(out)
 
 
+#: Every picture generated whole, with the function that draws it.
+PICTURES: dict[Path, Callable[[], str]] = {
+    FILE_MAP_SVG: file_map_svg,
+    SETS_SVG: sets_svg,
+    CODEC_SVG: codec_svg,
+}
+
+
 def outputs() -> dict[Path, str]:
     """Every file this generator owns, with the text it should hold."""
-    files: dict[Path, str] = {FILE_MAP_SVG: file_map_svg()}
+    files: dict[Path, str] = {path: draw() for path, draw in PICTURES.items()}
     for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text(encoding="utf-8")
         if "<!-- BEGIN GENERATED: site-" in text:
@@ -584,7 +1029,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.sitegen",
         description="Regenerate the site-* regions of docs/ (vector catalogue, CLI reference, "
-        "byte-by-byte walkthrough) and docs/assets/file-map.svg.",
+        "byte-by-byte walkthrough) and the pictures of docs/assets/ (file-map.svg, sets.svg, "
+        "marlin-vs-awq.svg).",
         epilog="exit status: 0 fresh or rewritten, 1 stale (with --check), 2 malformed region",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")

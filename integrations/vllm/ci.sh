@@ -69,9 +69,11 @@ torchcodec)|is not supported on this platform" || true
   work="$(mktemp -d)"
   cp -r "$here/tests" "$work/tests"
   cd "$work"
+  # AWQ2_WHEELS: the README's quick start (tests/cpu/test_quickstart.py) installs the project's
+  # wheel from there into a fresh venv, as the README prints it.
   AWQ2_CHECKOUT="$root" AWQ2_OLD_VLLM="$dir/old-vllm" AWQ2_FROM_WHEELS=1 AWQ2_REQUIRE_VLLM=1 \
-    VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -m pytest -q -s -p no:cacheprovider \
-    -o addopts="-ra --strict-markers" tests --ignore=tests/marlin
+    AWQ2_WHEELS="$wheels" VLLM_TARGET_DEVICE=cpu "$dir/bin/python" -m pytest -q -s \
+    -p no:cacheprovider -o addopts="-ra --strict-markers" tests --ignore=tests/marlin
   cd "$root"
   rm -rf "$work"
   ;;

@@ -118,7 +118,9 @@ class SetError(FormatError):
 
 
 class SplitError(FormatError):
-    """A model the rank-set writer cannot cut for tensor parallelism (SET-11, SET-12)."""
+    """Tensor parallelism: a model the rank-set writer cannot cut (SET-11, SET-12), or a rank
+    set read without the rank its answer depends on, or whose members' metadata differ
+    (SET-13, SET-14)."""
 
 
 class TensorNotFoundError(KeyError):

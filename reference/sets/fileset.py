@@ -11,7 +11,12 @@ size (``kind: "split"``), or one group of members per tensor-parallel rank (``ki
 * a name is looked up in each member of its group in manifest order [SET-6]: one O(1) index
   lookup per member, no map of every name;
 * in a rank set, ``linear(prefix, tp_rank=r)`` reads rank ``r``'s members, which hold rank
-  ``r``'s shard already cut [SET-7]; the other methods take ``rank=`` (default 0).
+  ``r``'s shard already cut [SET-7]; the other methods take ``rank=``.  A rank set opened
+  with ``rank=r`` reads rank ``r``'s members only and needs no more; opened whole, every
+  access whose answer is one rank's shard (``entry``, ``tensor``, ``view``, ``tensors``,
+  ``linear``, ``dequantize``, ``read_into``, ``read_many_into``) refuses without a rank
+  (``TP_RANK_REQUIRED``) [SET-13], while the listings (``names``, ``layers``, ``entries``,
+  ``len``, ``in``), the metadata [SET-14], ``validate`` and ``verify`` answer for the set;
 
 Errors inside a member are that member's own ``FormatError`` with ``path`` set to its file
 and the file's name at the front of the message [SET-8].
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -173,58 +179,93 @@ class FileSet:
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def names(self, *, rank: int = 0) -> list[str]:
-        """Every tensor name of ``rank``: member by member in manifest order, each in slab
-        order."""
-        return [name for r in self.rank_members(rank) for name in r.names()]
+    def _listed(self, rank: int | None) -> int:
+        """The rank a listing reads: the one given, else the one open, else 0 (every rank
+        holds the same names and fields [SET-7])."""
+        if rank is not None:
+            return rank
+        return self.only_rank or 0
 
-    def entries(self, *, rank: int = 0) -> list[TensorInfo]:
+    def _rank(self, rank: int | None, what: str, argument: str = "rank") -> int:
+        """The rank whose shard an access reads: the one given, the one the set was opened
+        for, or 0 of a split set; a whole rank set refuses without one [SET-13]."""
+        if rank is not None:
+            return rank
+        if self.only_rank is not None:
+            return self.only_rank
+        if self.kind != "rank":
+            return 0
+        last = self.tp_size - 1
+        raise error("TP_RANK_REQUIRED", f"{what}: a rank set for tensor parallelism "
+                    f"{self.tp_size}: open it with rank=0..{last} (reference.open(PATH, "
+                    f"rank=R)), or give {argument}=R here; each rank holds its shard, not the "
+                    "whole tensor", expected=f"a rank from 0 to {last}", found="no rank",
+                    path=str(self.manifest_path))  # fmt: skip
+
+    def names(self, *, rank: int | None = None) -> list[str]:
+        """Every tensor name of ``rank`` (default: the open rank, or rank 0's, which every rank
+        holds [SET-7]): member by member in manifest order, each in slab order."""
+        return [name for r in self.rank_members(self._listed(rank)) for name in r.names()]
+
+    def entries(self, *, rank: int | None = None) -> list[TensorInfo]:
+        """Every entry of ``rank``'s members (of a rank set, that rank's shards: opened
+        without a rank, it needs one [SET-13]; of a split set, every member's)."""
+        rank = self._rank(rank, "every entry")
         return [info for r in self.rank_members(rank) for info in r.entries()]
 
-    def entry(self, name: str, *, rank: int = 0) -> TensorInfo:
+    def entry(self, name: str, *, rank: int | None = None) -> TensorInfo:
+        """The entry of ``name`` in rank ``rank``'s members [SET-13]."""
+        rank = self._rank(rank, repr(name))
         reader = self._find(name, rank)
         if reader is None:
             raise TensorNotFoundError(name)
         return reader.entry(name)
 
-    def tensor(self, name: str, *, rank: int = 0) -> NDArray[Any]:
-        """Zero-copy view of the payload of ``name`` (in rank ``rank``'s members)."""
+    def tensor(self, name: str, *, rank: int | None = None) -> NDArray[Any]:
+        """Zero-copy view of the payload of ``name`` in rank ``rank``'s members: in a rank
+        set, that rank's shard [SET-13]."""
+        rank = self._rank(rank, repr(name))
         reader = self._find(name, rank)
         if reader is None:
             raise TensorNotFoundError(name)
         return reader.tensor(name)
 
-    def view(self, info: TensorInfo, *, rank: int = 0) -> NDArray[Any]:
-        return self._holder(info, rank).view(info)
+    def view(self, info: TensorInfo, *, rank: int | None = None) -> NDArray[Any]:
+        return self._holder(info, self._rank(rank, repr(info.name))).view(info)
 
-    def tensors(self, *, rank: int = 0) -> Iterator[tuple[TensorInfo, NDArray[Any]]]:
-        for reader in self.rank_members(rank):
+    def tensors(self, *, rank: int | None = None) -> Iterator[tuple[TensorInfo, NDArray[Any]]]:
+        members = self.rank_members(self._rank(rank, "every tensor"))
+        for reader in members:
             yield from reader.tensors()
 
-    def layers(self, *, rank: int = 0) -> list[str]:
-        """Prefixes of every quantised layer, member by member."""
-        return [prefix for r in self.rank_members(rank) for prefix in r.layers()]
+    def layers(self, *, rank: int | None = None) -> list[str]:
+        """Prefixes of every quantised layer, member by member (the same in every rank
+        [SET-7])."""
+        return [prefix for r in self.rank_members(self._listed(rank)) for prefix in r.layers()]
 
     def linear(
         self,
         prefix: str,
         *,
-        tp_rank: int = 0,
+        tp_rank: int | None = None,
         tp_size: int | None = None,
         parallel: Literal["column", "row"] | None = None,
     ) -> LinearLayer:
         """A quantised layer's arrays, zero-copy.  In a split set, as
-        :meth:`Reader.linear` (``tp_size`` default 1: the whole layer, or a shard cut from
-        it).  In a rank set, rank ``tp_rank``'s shard as its member stores it [SET-7];
-        ``tp_size`` must then be the set's (or omitted)."""
+        :meth:`Reader.linear` (``tp_rank`` default 0, ``tp_size`` default 1: the whole layer,
+        or a shard cut from it).  In a rank set, rank ``tp_rank``'s shard as its member stores
+        it [SET-7] (default: the rank the set was opened for; opened whole, a rank is needed
+        [SET-13]); ``tp_size`` must then be the set's (or omitted)."""
         if self.kind == "rank":
             if tp_size not in (None, self.tp_size):
                 raise ValueError(f"this rank set was cut for tp_size={self.tp_size}, not {tp_size}")
-            reader = self._layer_reader(prefix, tp_rank)
+            rank = self._rank(tp_rank, f"layer {prefix!r}", "tp_rank")
+            reader = self._layer_reader(prefix, rank)
             layer = reader.linear(prefix)
-            return dataclasses.replace(layer, tp_rank=tp_rank, tp_size=self.tp_size)
+            return dataclasses.replace(layer, tp_rank=rank, tp_size=self.tp_size)
         reader = self._layer_reader(prefix, 0)
-        return reader.linear(prefix, tp_rank=tp_rank, tp_size=tp_size or 1, parallel=parallel)
+        return reader.linear(prefix, tp_rank=tp_rank or 0, tp_size=tp_size or 1,
+                             parallel=parallel)  # fmt: skip
 
     def _layer_reader(self, prefix: str, rank: int) -> Reader:
         reader = self._find(f"{prefix}.qweight", rank)
@@ -232,23 +273,36 @@ class FileSet:
             raise TensorNotFoundError(f"{prefix}.qweight")
         return reader
 
-    def dequantize(self, prefix: str) -> NDArray[np.float32]:
-        """``float32[k, n]`` weights of a quantised layer of a split set (in a rank set: rank
-        0's shard; ``linear(prefix, tp_rank=r)`` for the others)."""
+    def dequantize(self, prefix: str, *, rank: int | None = None) -> NDArray[np.float32]:
+        """``float32[k, n]`` weights of a quantised layer of a split set; of a rank set, rank
+        ``rank``'s shard (as :meth:`linear`: a whole rank set needs the rank [SET-13])."""
+        if self.kind == "rank":
+            rank = self._rank(rank, f"layer {prefix!r}")
+            return dequantize_layer(self.linear(prefix, tp_rank=rank))
+        self.rank_members(self._listed(rank))  # a split set has rank 0 only
         return dequantize_layer(self.linear(prefix))
 
-    def read_into(self, tensor: str | TensorInfo, out: Any, *, rank: int = 0) -> NDArray[Any]:
+    def read_into(
+        self, tensor: str | TensorInfo, out: Any, *, rank: int | None = None
+    ) -> NDArray[Any]:
         return self.read_many_into([(tensor, out)], rank=rank)[0]
 
     def read_many_into(
-        self, items: Iterable[tuple[str | TensorInfo, Any]], *, rank: int = 0
+        self, items: Iterable[tuple[str | TensorInfo, Any]], *, rank: int | None = None
     ) -> list[NDArray[Any]]:
         """:meth:`Reader.read_many_into` across the members: each member reads its own
-        tensors in one call (runs of neighbouring payloads), results in the order given."""
+        tensors in one call (runs of neighbouring payloads), results in the order given (of a
+        whole rank set: ``rank``'s members, which it needs [SET-13])."""
         jobs: dict[int, list[tuple[int, TensorInfo, Any]]] = {}
+        items = iter(items)
+        first = next(items, None)
+        if first is None:
+            return []
+        what = first[0].name if isinstance(first[0], TensorInfo) else first[0]
+        rank = self._rank(rank, repr(what))
         readers = self.rank_members(rank)
         count = 0
-        for count, (tensor, out) in enumerate(items, start=1):
+        for count, (tensor, out) in enumerate(itertools.chain([first], items), start=1):
             if isinstance(tensor, TensorInfo):
                 reader = self._holder(tensor, rank)
                 info = tensor
@@ -267,9 +321,30 @@ class FileSet:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The set's metadata: its first member's [SET-10]."""
-        with _in_member(self._readers[0].path):
-            return self._readers[0].metadata
+        """The set's metadata: its first member's [SET-10]; of a rank set, every open member's,
+        which must be the same [SET-14]."""
+        first = self._readers[0]
+        with _in_member(first.path):
+            metadata = first.metadata
+        if self.kind != "rank":
+            return metadata
+        for reader in self._readers[1:]:
+            with _in_member(reader.path):
+                other = reader.metadata
+            if other != metadata:
+                keys = sorted(k for k in metadata.keys() | other.keys()
+                              if metadata.get(k) != other.get(k))  # fmt: skip
+                one, two = self._named(first), self._named(reader)
+                raise error("TP_METADATA_MISMATCH", f"{two}: metadata differs from {one}'s in "
+                            + ", ".join(map(repr, keys[:5])), expected=f"{one}'s metadata",
+                            found=f"{two}'s, different in {len(keys)} key(s)",
+                            path=str(reader.path))  # fmt: skip
+        return metadata
+
+    def _named(self, reader: Reader) -> str:
+        """A member's file name and rank, as a message names it."""
+        member = self._members[self._readers.index(reader)]
+        return f"{member.name} (rank {member.rank})"
 
     @property
     def version(self) -> tuple[int, int]:

@@ -46,9 +46,6 @@ _ST_DTYPES = {
 #: safetensors' own cap on its JSON header (``MAX_HEADER_SIZE`` in safetensors/src/tensor.rs).
 MAX_ST_HEADER = 100_000_000
 _ST_ITEMSIZE = {name: DTYPE_BY_NAME[name].itemsize for name in _ST_DTYPES}
-#: Read as their ``ml_dtypes`` type (:mod:`reference.quant.dtypes`), not through safetensors' NumPy
-#: backend, which has no bfloat16 or float8 type.
-_ML_DTYPES = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
 
 
 @dataclass(frozen=True)
@@ -254,6 +251,7 @@ class SafetensorsFiles:
             self.tensors.update(tensors)
             self.metadata.update(meta)
         self._check_weight_map()
+        self._identity = {file: _identity(file) for file in self.files}  # what was opened
         self._handles: dict[Path, Any] = {}
         self._handles_lock = threading.Lock()  # the converter reads from several threads
 
@@ -294,26 +292,42 @@ class SafetensorsFiles:
         return [t.name for t in sorted(self.tensors.values(), key=lambda t: (t.file, t.offset))]
 
     def tensor(self, name: str) -> NDArray[Any]:
-        """The stored payload (read through safetensors; BF16 and FP8 as ``ml_dtypes`` arrays)."""
+        """The stored payload (BF16 and FP8 as ``ml_dtypes`` arrays).  The file is checked by
+        safetensors' own reader once; the bytes are then read with ``read``, never through a
+        memory map: a file cut short meanwhile (a download or a sync still writing it) gives
+        a short read, ``*_INCOMPLETE``, where a map would kill the process with SIGBUS."""
         t = self.tensors.get(name)
         if t is None:
             raise TensorNotFoundError(name)
-        if t.dtype in _ML_DTYPES:
-            self._handle(t.file)  # safetensors' own check of the file, as for other dtypes
-            dtype = numpy_dtype(t.dtype)
-            count = t.length // dtype.itemsize
-            raw = np.fromfile(t.file, dtype=dtype, count=count, offset=t.offset)
-            if raw.size != count:  # the file was cut short since it was opened
-                raise legacy_error(self.family, "INCOMPLETE",
-                                   f"{t.file.name}: tensor {name!r} runs past the end of the "
-                                   "file (truncated?)", offset=t.offset,
-                                   expected=f"{t.length} bytes",
-                                   found=f"{raw.size * dtype.itemsize} bytes",
-                                   path=str(t.file))  # fmt: skip
-            return raw.reshape(t.shape)
-        handle = self._handle(t.file)
+        handle = self._handle(t.file)  # safetensors' own check of the file
+        if _identity(t.file) != self._identity[t.file]:
+            raise legacy_error(self.family, "INCOMPLETE",
+                               f"{t.file.name} was replaced since the checkpoint was opened",
+                               offset=t.offset, expected="the file whose header was read",
+                               found="another file", path=str(t.file))  # fmt: skip
+        if t.dtype not in DTYPE_BY_NAME:  # a dtype AWQ-v2 does not know: safetensors reads it
+            return self._through_safetensors(handle, t)
+        dtype = numpy_dtype(t.dtype)
+        count = t.length // dtype.itemsize
         try:
-            return np.asarray(handle.get_tensor(name))
+            raw = np.fromfile(t.file, dtype=dtype, count=count, offset=t.offset)
+        except OSError as exc:
+            raise legacy_error(self.family, "INCOMPLETE", f"{t.file.name} cannot be read",
+                               offset=t.offset, expected=f"{t.length} bytes",
+                               found=exc.strerror or str(exc),
+                               path=str(t.file)) from exc  # fmt: skip
+        if raw.size != count:  # the file was cut short since it was opened
+            raise legacy_error(self.family, "INCOMPLETE",
+                               f"{t.file.name}: tensor {name!r} runs past the end of the "
+                               "file (truncated?)", offset=t.offset,
+                               expected=f"{t.length} bytes",
+                               found=f"{raw.size * dtype.itemsize} bytes",
+                               path=str(t.file))  # fmt: skip
+        return raw.reshape(t.shape)
+
+    def _through_safetensors(self, handle: Any, t: StTensor) -> NDArray[Any]:
+        try:
+            return np.asarray(handle.get_tensor(t.name))
         except SafetensorError as exc:
             raise legacy_error(self.family, "INCOMPLETE",
                                f"{t.file.name}: safetensors refuses it: {exc}", offset=t.offset,
@@ -347,6 +361,15 @@ class SafetensorsFiles:
         for handle in self._handles.values():
             handle.__exit__(None, None, None)
         self._handles.clear()
+
+
+def _identity(file: Path) -> tuple[int, int]:
+    """Which file a path names now (device and inode): a shard renamed over is another."""
+    try:
+        st = file.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_dev, st.st_ino)
 
 
 _Reader = TypeVar("_Reader", bound="CheckpointReader")

@@ -81,7 +81,9 @@ class Source:
         return self.weights.kind == "rank"
 
     def _rank_kw(self) -> dict[str, int]:
-        return {"rank": self.rank} if self.weights.kind != "file" else {}
+        """A rank set's own rank; a split set is one rank's worth (every worker reads rank 0
+        of it and cuts its shard, as from a single file)."""
+        return {"rank": self.rank} if self.rank_set else {}
 
     def entry(self, name: str) -> TensorInfo:
         return self.reader.entry(name, **self._rank_kw())

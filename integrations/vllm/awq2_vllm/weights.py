@@ -66,7 +66,7 @@ def check_tp(weights: Weights, tp_size: int) -> None:
     if weights.kind == "rank" and weights.tp_size != tp_size:
         raise PluginError("TP_MISMATCH", str(weights.path.parent),
                           f"a rank set cut for vLLM's tensor_parallel_size {tp_size}",
-                          f"a rank set cut for tp_size {weights.tp_size} (convert SRC DST/ "
+                          f"a rank set cut for tp_size {weights.tp_size} (awq2-convert SRC DST "
                           f"--tp {tp_size}, or serve it with -tp {weights.tp_size})")  # fmt: skip
 
 

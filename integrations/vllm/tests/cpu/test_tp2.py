@@ -26,15 +26,18 @@ def tp2(tmp_path_factory):
     v1 = write_checkpoint(tmp / "v1", LlamaShape())
     single = convert(v1, tmp / "file")
     ranked = convert(v1, tmp / "tp2", "--tp", "2")
+    split = convert(v1, tmp / "split", "--max-shard-size", "1MB")
     reports = tmp / "reports"
     reports.mkdir()
-    jobs = [{"name": "stock", "model": str(v1), "quantization": None, "tp": 2},
-            {"name": "rank set", "model": str(ranked), "quantization": "awq_v2", "tp": 2},
-            {"name": "file", "model": str(single), "quantization": "awq_v2", "tp": 2}]  # fmt: skip
+    ours = {"rank set": ranked, "file": single, "split set": split}
+    jobs = [{"name": "stock", "model": str(v1), "quantization": None, "tp": 2}] + [
+        {"name": name, "model": str(path), "quantization": "awq_v2", "tp": 2}
+        for name, path in ours.items()
+    ]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "AWQ2_VLLM_LOAD_REPORT": str(reports)}
     got = generate(jobs, tmp, env)
     got["reports"] = [json.loads(p.read_text()) for p in sorted(reports.glob("*.json"))]
-    got["ranked"] = ranked
+    got["ranked"], got["split"] = ranked, split
     return got
 
 
@@ -51,6 +54,14 @@ def test_a_rank_set_at_tp_2_generates_what_vllm_generates(tp2):
 
 def test_the_single_file_at_tp_2_generates_what_vllm_generates(tp2):
     stock, ours = tp2["results"]["stock"], tp2["results"]["file"]
+    assert ours["tokens"] == stock["tokens"] and ours["logprobs"] == stock["logprobs"]
+
+
+def test_a_split_set_at_tp_2_generates_what_vllm_generates(tp2):
+    """Each worker reads the split set's members and cuts its shard, as from a single file
+    (before, a worker of rank 1 asked the split set for a rank 1 it does not have)."""
+    assert len(list(tp2["split"].glob("*.awq2"))) > 1
+    stock, ours = tp2["results"]["stock"], tp2["results"]["split set"]
     assert ours["tokens"] == stock["tokens"] and ours["logprobs"] == stock["logprobs"]
 
 
