@@ -44,7 +44,7 @@ from reference.format.reader import Reader
 from reference.ground.errors import FormatError, TensorNotFoundError
 from reference.ground.files import open_regular
 from reference.ground.text import escape
-from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.fileset import FileSet, dangling_link, is_set_path
 from reference.sets.folder import MODEL_FILE
 from reference.sources.legacy import Checkpoint, open_checkpoint
 from reference.sources.v1 import is_safetensors
@@ -693,8 +693,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 def _dump(args: argparse.Namespace, out: TextIO) -> int:
     if is_set_path(Path(args.file)):
         return _dump_set(args, out)
-    if os.path.isdir(args.file) and os.path.isfile(os.path.join(args.file, MODEL_FILE)):
-        args.file = os.path.join(args.file, MODEL_FILE)  # a model folder: its weights file
+    weights = os.path.join(args.file, MODEL_FILE)
+    if os.path.isdir(args.file) and os.path.lexists(weights):  # a link to nothing too
+        broken = dangling_link(Path(weights))
+        if broken is not None:  # unreadable, never a checkpoint of another format
+            return _unreadable(weights, broken)
+        args.file = weights  # a model folder: its weights file
     try:
         checkpoint = _is_checkpoint(args.file)
     except OSError as exc:

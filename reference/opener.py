@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reference.format.reader import Reader
 from reference.ground.files import open_regular
-from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.fileset import FileSet, dangling_link, is_set_path
 from reference.sets.folder import MODEL_FILE
 from reference.sources.checkpoint import is_safetensors
 from reference.sources.legacy import Checkpoint, open_checkpoint
@@ -31,7 +31,10 @@ def open(  # noqa: A001
 
     A folder is a file set when it holds ``model.awq2.set.json`` (a path ending in ``.json``
     is taken for that manifest) [SET-1]; else a model folder when it holds ``model.awq2``
-    (what ``reference.convert SRC DST/`` writes) [CONV-1]; else a checkpoint.
+    (what ``reference.convert SRC DST/`` writes) [CONV-1]; else a checkpoint.  Either name
+    decides even when it is a link to nothing (a half-downloaded Hub cache): that raises
+    ``FileNotFoundError`` naming the link and its missing target (``OSError`` for a loop of
+    links), an input that cannot be read, never a checkpoint of another format.
 
     ``validate=True`` runs full validation before returning.  ``copy=True`` reads an AWQ-v2
     file into private memory instead of mapping it (see :class:`Reader`: a mapped file
@@ -55,7 +58,10 @@ def open(  # noqa: A001
         return opened
     _whole_model(None, rank, path)
     if p.is_dir():
-        if (p / MODEL_FILE).is_file():
+        if os.path.lexists(p / MODEL_FILE):  # even a link to nothing: refused as unreadable
+            broken = dangling_link(p / MODEL_FILE)
+            if broken is not None:
+                raise broken
             return Reader(p / MODEL_FILE, validate=validate, copy=copy)
         return open_checkpoint(p)
     with open_regular(p) as f:

@@ -74,6 +74,9 @@ SET_MANIFEST = "model.awq2.set.json"
 SET_VERSION = 1
 #: The most member files one manifest may list [SET-2].
 MAX_SET_FILES = 1 << 16
+#: The reserved metadata key under which each member of a rank set records its own rank and
+#: tensor-parallel degree, ``{"rank": r, "tp_size": T}`` [SET-15].
+SET_RANK_KEY = "awq2_rank"
 
 #: Largest value of a u64 field.
 U64_MAX = (1 << 64) - 1

@@ -404,6 +404,13 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "ranks of a rank set holding different names, or a name with different fields",
     ),
     ErrorCode(
+        "SET_WRONG_RANK",
+        "SetError",
+        ("SET-15",),
+        "a member whose own record of its rank and tensor-parallel degree (its metadata's "
+        "awq2_rank) is absent or not the set manifest's, or a split set's member that has one",
+    ),
+    ErrorCode(
         "SET_BAD_SHA256",
         "SetError",
         ("SET-8",),

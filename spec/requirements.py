@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spec.constants import (
+    MAX_METADATA_DEPTH,
     MAX_METADATA_LENGTH,
     MAX_SET_FILES,
     SET_MANIFEST,
+    SET_RANK_KEY,
     SET_VERSION,
     VOCAB_PADDING,
 )
@@ -80,7 +82,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "A writer MUST write reserved bytes as zero. A reader MUST reject non-zero "
         "reserved header bytes when the file's minor version is not greater than the reader's, and "
-        "MUST ignore them otherwise.",
+        "MUST ignore them otherwise. The reader's minor version is that of the file format it "
+        "implements, not of the specification: 0 for a reader of specification 2.0 or 2.1 (2.1 "
+        "changed nothing inside a file, VER-1), so such a reader rejects them in a 2.0 file "
+        "and ignores them in a 2.1 file.",
     ),
     # ---- versioning
     _r(
@@ -386,7 +391,10 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "Every number in the metadata MUST be at most 100 bytes long, counting the whole "
         "number token (minus sign, digits, decimal point, and the exponent with its `e` or `E` "
-        "and its sign), and finite when read as IEEE 754 binary64 (`1e400` is invalid), and "
+        "and its sign), and finite when rounded to the nearest IEEE 754 binary64 value, ties to "
+        "even (the standard's default rounding, as C's `strtod` and Python's `float` round it): "
+        "`1.7976931348623158e308` is finite (it rounds to the largest binary64), "
+        "`1.7976931348623159e308` and `1e400` are not, and "
         "every string and key MUST be Unicode scalar values: a `\\u` escape of a high surrogate "
         "(`D800` to `DBFF`) MUST be followed directly by a `\\u` escape of a low surrogate "
         "(`DC00` to `DFFF`), and a low-surrogate escape MUST directly follow a high one "
@@ -533,15 +541,27 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "hexadecimal digits) and `sha256` (64 lowercase hexadecimal digits); a rank set adds "
         "`tp_size` (an integer from 1) and, in each file object, `rank` (an integer from 0 to "
         "`tp_size - 1`). A reader MUST reject anything else with `SET_BAD_MANIFEST`, and MUST "
-        "ignore members it does not know, in the manifest and in the file objects.",
+        "ignore members it does not know, in the manifest and in the file objects: in a split "
+        "set, `tp_size` and `rank` are such members, ignored whatever their values. An integer "
+        "here is a JSON number token without a fraction or an exponent, its value exact "
+        "whatever its number of digits (`100000.0`, `1.0` and `1e5` are not integers; `-0` is "
+        "the integer 0). `header_crc` is the member's u32 `header_crc` (header bytes 124 to "
+        "127, little-endian, HDR-4) written most significant digit first: bytes `40 0c ca 85` "
+        'are `"85ca0c40"`, never the bytes in file order. The text is checked whole under '
+        "the metadata's rules, in META-6's order, before SET-3 reads any member: a manifest "
+        f"over {MAX_METADATA_LENGTH} bytes, nested deeper than {MAX_METADATA_DEPTH}, or failing "
+        "any of those rules is `SET_BAD_MANIFEST` (never the metadata's `LIMIT_METADATA` or "
+        "`BAD_METADATA`), whatever its `awq2_set`.",
         subject="set",
     ),
     _r(
         "SET-3",
         "MUST",
-        f"A reader MUST reject a manifest whose `awq2_set` is not {SET_VERSION}, or whose `kind` "
-        'is neither `"split"` nor `"rank"`, with `SET_UNSUPPORTED`, before it reads any other '
-        "member of the manifest.",
+        f"A reader MUST reject a manifest whose `awq2_set` is absent or anything but the integer "
+        f'{SET_VERSION} (a string `"1"`, `1.0`, `1e0` and `true` included), or whose `kind` is '
+        'absent or anything but the string `"split"` or `"rank"` (a value that is not a string '
+        "included), with `SET_UNSUPPORTED`, after SET-2's checks of the text and before it "
+        "reads any other member of the manifest.",
         subject="set",
     ),
     _r(
@@ -561,7 +581,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "the opening checks of RD-1, then that its `header_crc` equals the manifest's "
         "(`SET_FILE_MISMATCH`); then, for a rank set, that every rank from 0 to `tp_size - 1` "
         "has a file (`SET_RANK_MISSING`). These checks read the manifest and each member's "
-        "header and trailer only.",
+        "header and trailer only. The file is the folder's path joined with the name (SET-4); "
+        "a symbolic link there is followed, wherever it leads, and what it leads to must be a "
+        "regular file. A name the system does not resolve to a regular file is "
+        "`SET_MISSING_FILE`, naming the member: absent, a dangling link, a loop of links "
+        "(`ELOOP`), a name too long for the file system (`ENAMETOOLONG`), a folder, a FIFO, a "
+        "device. The length compared with `size` is the file's, as the file system gives it "
+        "(`fstat`), before any byte of it is read.",
         subject="set",
     ),
     _r(
@@ -588,10 +614,16 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "SET-8",
         "MUST",
         "Full validation of a set MUST check, in this order: the opening checks (SET-2 to "
-        "SET-5); full validation of every member in manifest order (RD-2); no file in the folder "
+        "SET-5); full validation of every member in manifest order (RD-2), each followed by its "
+        "record of its rank (SET-15); no file in the folder "
         "ending in `.awq2` that the manifest does not list (`SET_EXTRA_FILE`); names (SET-6); "
-        "ranks (SET-7). Verification adds, for every member in manifest order, its payload "
-        "checksums (ENT-10), then the SHA-256 of its bytes against `sha256` (`SET_BAD_SHA256`). "
+        "ranks (SET-7). A file here is any entry "
+        "of the folder whose name ends in the five bytes `.awq2`, compared byte for byte (so "
+        "`MODEL.AWQ2` is not one), whatever it is: a regular file, a sub-folder, a symbolic "
+        "link (a dangling one too), a name starting with `.`. Verification adds, member by "
+        "member in manifest order, its payload checksums (ENT-10), then the SHA-256 of its "
+        "bytes against `sha256` (`SET_BAD_SHA256`): a member's SHA-256 is compared before the "
+        "next member's payloads are read. "
         "The first failed check gives the error code; an error inside a member names that "
         "member's file.",
         subject="set",
@@ -657,11 +689,30 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "SET-14",
         "MUST",
-        "A rank set's writer writes the same metadata to every member (SET-11; a member's rank "
-        "is the manifest's fact, not the metadata's). A reader that gives a rank set's metadata "
-        "MUST compare every open member's with the first one's and refuse a difference with "
-        "`TP_METADATA_MISMATCH` naming both members, never show one member's as the set's.",
+        "A rank set's writer writes the same metadata to every member, except each member's own "
+        f"record of its rank under `{SET_RANK_KEY}` (SET-15). A reader that gives a rank set's "
+        f"metadata MUST compare every open member's, without its `{SET_RANK_KEY}`, with the "
+        "first one's and refuse a difference with `TP_METADATA_MISMATCH` naming both members, "
+        "never show one member's as the set's; the set's metadata is then the first open "
+        "member's, as stored.",
         subject="runtime",
+    ),
+    _r(
+        "SET-15",
+        "MUST",
+        "Every member of a rank set MUST record its own rank and tensor-parallel degree in its "
+        f"metadata, under the reserved top-level key `{SET_RANK_KEY}`: an object with `rank` "
+        "and `tp_size`, integers as SET-2 defines them (other members of the object are "
+        "ignored); a split set's members MUST NOT hold the key. Full validation of a set "
+        "(SET-8) MUST check, for every member in manifest order and right after the member's own "
+        "full validation (RD-2), that in a rank set its "
+        f"metadata holds `{SET_RANK_KEY}` with `rank` equal to the member's `rank` in the "
+        "manifest and `tp_size` equal to the manifest's `tp_size`, and that in a split set it "
+        f"holds no `{SET_RANK_KEY}` (`SET_WRONG_RANK`, naming the member): the manifest alone "
+        "cannot show which rank's shards a file holds, nor for which degree they were cut, "
+        "since the shards of every rank, and ranks 0 to `T - 1` of a conversion for more "
+        "than `T` ranks, have the same names and fields (SET-7).",
+        subject="set",
     ),
     # ---- checksums
     _r(
@@ -730,6 +781,33 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "it, and MUST report the code of the first check that fails; a vector's check level "
         "names the level that catches it.",
         subject="reader",
+    ),
+    _r(
+        "RD-7",
+        "MUST",
+        "A reader MUST report as the offset RD-3 names, for each kind of failure: `BAD_MAGIC` 0; `TRUNCATED` where "
+        "the file ends (its length); a header or trailer field's failure (a version, a flag, a "
+        "limit, a placement, `names_length` or `dims_count` against the entries) that field's "
+        "first byte; `BAD_HEADER_CHECKSUM` and `BAD_TRAILER_CHECKSUM` the stored checksum "
+        "field; `BAD_INDEX_CHECKSUM`, `BAD_METADATA_CHECKSUM` and `BAD_TENSOR_CHECKSUM` the "
+        "first byte of the bytes the checksum covers (the index, the metadata, the payload); "
+        "`BAD_ENTRY_CHECKSUM` the entry's `entry_crc`; `BAD_BUCKET_TABLE` the slot at fault "
+        "(the first slot when it is not 0, the slot that is below the one before it, the last "
+        "slot when it is not `tensor_count`); an entry whose fields, name or dims cannot be "
+        "read or are not what the spec allows, the first byte of the field at fault in that "
+        "entry (of `name_offset` or `dims_index` when the name or dims lie outside their "
+        "section), and `BAD_NAME_UTF8` the name's first byte in the pool; `BAD_ENTRY_ORDER` and "
+        "`DUPLICATE_NAME` the first byte of the later of the two entries in index order; "
+        "`BAD_METADATA` and `LIMIT_METADATA` the metadata's first byte (invalid UTF-8: the first "
+        "byte of the invalid sequence), the byte at fault being for the message. A file set's "
+        "own errors (`SET_*`) name no byte (`null`, ADP-4), except `SET_FILE_MISMATCH` for a "
+        "`header_crc`, which names byte 124 of the member; an error inside a member is that "
+        "member's own code and offset. Every set error names the file it is about in its "
+        "message: the member (`SET_MISSING_FILE`, `SET_FILE_MISMATCH`, `SET_EXTRA_FILE`, "
+        "`SET_DUPLICATE_NAME` the later member, `SET_WRONG_RANK`, `SET_BAD_SHA256`, and every "
+        "member's own error), the manifest (`SET_BAD_MANIFEST`, `SET_UNSUPPORTED`), or the set "
+        "(`SET_RANK_MISSING`, `SET_RANK_MISMATCH`).",
+        subject="adapter",
     ),
     # ---- presenting what was read
     _r(
@@ -809,9 +887,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "MUST",
         "An adapter that prints an error document on a reject "
         '(`{"error": {"code": ..., "offset": ...}}`) MUST give `offset` as a JSON integer in '
-        "plain decimal, the byte position in the file that RD-3 names (never a string), or "
-        "`null` for a file set's error that names no byte of a file (SET-2 to SET-8: a "
-        "manifest, a missing member); the runner judges a reject by its `code` alone.",
+        "plain decimal, the byte position in the file that RD-3 and RD-7 name (never a string), "
+        "or `null` for a file set's own error, which names no byte (RD-7: a manifest, a "
+        "missing member, a rank); the runner judges a reject by its `code` alone.",
         subject="adapter",
     ),
     _r(
@@ -824,6 +902,16 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "rank set, so that a name appears once per rank; and give the first member's "
         "`format_version` and `metadata` (SET-10). A file's document has no `set` and no "
         "`rank`.",
+        subject="adapter",
+    ),
+    _r(
+        "ADP-6",
+        "MUST",
+        "An adapter's accept document MUST give `format_version` as the file's "
+        "`version_major` and `version_minor` (header bytes 8 to 11) in decimal joined by a dot "
+        '(`"2.0"`; a 2.7 file gives `"2.7"`), and each layer\'s `layout` as the family of its '
+        '`<prefix>.qweight` entry: `"MARLIN"` for `MARLIN_QWEIGHT`, `"AWQ"` for `AWQ_QWEIGHT` '
+        "(a tensor's `layout` is the registry name of its own entry's layout).",
         subject="adapter",
     ),
 )

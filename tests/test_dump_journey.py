@@ -26,6 +26,7 @@ from reference import dump
 from reference.convert import convert_folder
 from reference.dump import main as dump_main
 from reference.examples import LlamaShape, write_checkpoint
+from reference.sets.setmanifest import rank_record
 from spec.constants import SET_MANIFEST
 from spec.marlin import AWQ_ORDER
 
@@ -204,6 +205,7 @@ def _hand_rank_set(folder: Path, metadata: tuple[dict[str, Any], dict[str, Any]]
     files = []
     for rank, meta in enumerate(metadata):
         path = folder / f"m-rank{rank}.awq2"
+        meta = {**meta, **rank_record(rank, 2)}  # each member's own rank [SET-15]
         reference.save(path, {"w": np.full((4, 8), rank, np.float16)}, metadata=meta)
         data = path.read_bytes()
         files.append({"name": path.name, "size": len(data), "rank": rank,

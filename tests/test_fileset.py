@@ -14,6 +14,8 @@ import hashlib
 import json
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from reference.format.index import Index
 from reference.ground.errors import FormatError
 from reference.sets import setwriter as setwriter_module
 from reference.sets.fileset import FileSet
-from reference.sets.setmanifest import parse_manifest, plain_member_name
+from reference.sets.setmanifest import parse_manifest, plain_member_name, rank_record
 from reference.sets.setwriter import parse_size, save_set
 from spec.constants import MAX_METADATA_LENGTH, SET_MANIFEST
 
@@ -459,9 +461,13 @@ def _two_member_set(tmp_path: Path, first: dict[str, Any], second: dict[str, Any
     folder = tmp_path / "hand"
     folder.mkdir(parents=True)
     files = []
+    ranks = manifest.get("ranks", (0, 1))
     for i, tensors in enumerate((first, second)):
         path = folder / f"m{i}.awq2"
-        reference.save(path, tensors)
+        own = None  # a rank set's member records its rank [SET-15]
+        if manifest.get("kind") == "rank":
+            own = rank_record(ranks[i], manifest["tp_size"])
+        reference.save(path, tensors, metadata=own)
         data = path.read_bytes()
         files.append({"name": path.name, "size": len(data),
                       "header_crc": f"{struct.unpack_from('<I', data, 124)[0]:08x}",
@@ -549,7 +555,7 @@ def test_rank_set_linear_reads_the_rank_file(single: Path, tmp_path: Path) -> No
     described = []
     for rank, (layer, tensors) in enumerate(files):
         path = folder / f"rank{rank}.awq2"
-        with reference.Writer(path) as w:
+        with reference.Writer(path, metadata=rank_record(rank, 2)) as w:  # [SET-15]
             for name, (array, info) in tensors.items():
                 w.add(name, np.ascontiguousarray(array), layout=info.layout, bits=info.bits,
                       group_size=info.group_size, k=layer.k, n=layer.n)  # fmt: skip
@@ -669,3 +675,95 @@ def test_a_manifest_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
         reference.open(folder)
     assert _code(caught) == "SET_BAD_MANIFEST"
     assert "longer than the limit" in caught.value.message
+
+
+# ------------------------------------------------------------------ members that change or lead nowhere
+
+_TRUNCATE_AFTER_OPEN = """
+import os, sys
+import reference
+folder, member, step = sys.argv[1], sys.argv[2], sys.argv[3]
+s = reference.open(folder, validate=step == "verify")
+os.truncate(os.path.join(folder, member), os.path.getsize(os.path.join(folder, member)) // 2)
+try:
+    s.verify() if step == "verify" else s.validate()
+except reference.FormatError as exc:
+    print(exc.code, exc.path)
+"""
+
+
+@pytest.mark.parametrize("step", ["validate", "verify"])
+def test_member_truncated_after_open_is_refused_not_a_crash(
+    split: Path, tmp_path: Path, step: str
+) -> None:
+    """A member truncated after the set was opened (another process, a sync client): full
+    validation or verification refuses it with the single-file reader's TRUNCATED, naming
+    the member, where touching its map killed the process with SIGBUS.  In a child process,
+    so that a crash fails this test and not the run."""
+    folder = _copy(split, tmp_path)
+    member = _manifest(folder)["files"][1]["name"]
+    proc = subprocess.run([sys.executable, "-c", _TRUNCATE_AFTER_OPEN, str(folder), member, step],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-1000:]}"
+    assert proc.stdout.split() == ["TRUNCATED", str(folder / member)]
+
+
+def test_a_lone_file_truncated_after_open_is_refused(tmp_path: Path) -> None:
+    """The same for one file: verify() reads payloads by positioned reads, never through the
+    map, and checks the length first (TRUNCATED)."""
+    path = tmp_path / "one.awq2"
+    reference.save(path, {"w": np.ones((64, 64), np.float16)})
+    script = _TRUNCATE_AFTER_OPEN.replace("os.path.join(folder, member)", "folder")
+    proc = subprocess.run([sys.executable, "-c", script, str(path), "-", "verify"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-1000:]}"
+    assert proc.stdout.split()[0] == "TRUNCATED"
+
+
+@pytest.mark.parametrize("name", [SET_MANIFEST, "model.awq2"])
+def test_a_dangling_link_is_an_unreadable_input_naming_its_target(
+    split: Path, single: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A half-downloaded Hub cache: the manifest or ``model.awq2`` is a link to a blob that is
+    not there.  The folder is still a set (a model folder), never an AWQ v1 checkpoint: the
+    input cannot be read, FileNotFoundError naming the link and its target (exit 3, the
+    tools' status for an unreadable input)."""
+    folder = _copy(split if name == SET_MANIFEST else single, tmp_path)
+    (folder / name).unlink()
+    (folder / name).symlink_to("../blobs/0123abcd")
+    with pytest.raises(FileNotFoundError) as caught:
+        reference.open(folder)
+    assert caught.value.filename == str(folder / name)
+    assert name in str(caught.value) and "../blobs/0123abcd" in str(caught.value)
+    assert dump_main([str(folder)]) == 3  # awq2-dump says the same, for both names
+    err = capsys.readouterr().err
+    assert name in err and "../blobs/0123abcd" in err and "V1" not in err
+
+
+@pytest.mark.parametrize("case", ["loop", "long_name"])
+def test_a_member_that_cannot_be_opened_is_missing(
+    split: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    """[SET-5]: a listed member that is a loop of links (ELOOP), or whose legal name is too
+    long for the file system (ENAMETOOLONG), is absent: SET_MISSING_FILE naming it, as the C
+    loader says, never "cannot read" the folder."""
+    folder = _copy(split, tmp_path)
+    old = _manifest(folder)["files"][1]["name"]
+    if case == "loop":
+        new = old
+        (folder / new).unlink()
+        (folder / new).symlink_to(new)
+    else:
+        new = "m" * 300 + ".awq2"  # a plain name [SET-4]; NAME_MAX is 255 bytes
+        (folder / old).unlink()
+        _rewrite(folder, lambda d: d["files"][1].update(name=new))
+    err = _expect(folder, "SET_MISSING_FILE")
+    assert err.path == str(folder / new) and new in err.message
+    assert dump_main([str(folder)]) == 1
+    assert "SET_MISSING_FILE" in capsys.readouterr().out
+    if shutil.which("cc") is not None:
+        from conformance import run
+
+        binary = run.build_c_loader(tmp_path / "awq2c")
+        proc = subprocess.run([str(binary), str(folder)], capture_output=True, text=True)
+        assert proc.returncode == 1 and proc.stdout.startswith(f"SET_MISSING_FILE in {new}")

@@ -26,6 +26,7 @@ from reference.examples import LlamaShape, write_checkpoint
 from reference.format.layers import dequantize_layer
 from reference.ground.errors import FormatError
 from reference.sets.fileset import FileSet
+from reference.sets.setmanifest import rank_record
 from reference.sets.tpsplit import plan_for
 from spec.constants import ALIGNMENT, SET_MANIFEST
 
@@ -432,6 +433,7 @@ def _hand_rank_set(tmp_path: Path, metadata: tuple[dict[str, Any], dict[str, Any
     files = []
     for rank, meta in enumerate(metadata):
         path = folder / f"m-rank{rank}.awq2"
+        meta = {**meta, **rank_record(rank, 2)}  # each member's own rank [SET-15]
         reference.save(path, {"w": np.full((4, 8), rank, np.float16)}, metadata=meta)
         data = path.read_bytes()
         files.append({"name": path.name, "size": len(data), "rank": rank,
@@ -447,7 +449,7 @@ def test_rank_set_metadata_must_agree(tmp_path: Path) -> None:
     naming both members; the same metadata is the set's."""
     same = _hand_rank_set(tmp_path / "a", ({"config": {"x": 1}}, {"config": {"x": 1}}))
     with reference.open(same, validate=True) as s:
-        assert s.metadata == {"config": {"x": 1}}
+        assert s.metadata == {"config": {"x": 1}, **rank_record(0, 2)}  # the first's [SET-14]
     differ = _hand_rank_set(tmp_path / "b", ({"config": {"x": 1}}, {"config": {"x": 2}}))
     with reference.open(differ, validate=True) as s:  # valid: the format allows it
         with pytest.raises(FormatError) as info:
@@ -456,4 +458,4 @@ def test_rank_set_metadata_must_agree(tmp_path: Path) -> None:
     assert err.code == "TP_METADATA_MISMATCH"
     assert "m-rank0.awq2" in str(err) and "m-rank1.awq2" in str(err) and "'config'" in str(err)
     with reference.open(differ, rank=1) as one_rank:  # one rank open: nothing to compare
-        assert one_rank.metadata == {"config": {"x": 2}}
+        assert one_rank.metadata == {"config": {"x": 2}, **rank_record(1, 2)}

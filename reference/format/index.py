@@ -462,7 +462,7 @@ class Index:
         raw = bytes(self.data[section.offset : section.end])
         crc, stored = crc32c(raw), self.header["metadata_crc"]
         if crc != stored:  # [META-4]
-            at = HEADER_FIELD_OFFSET["metadata_crc"]
+            at = section.offset  # the bytes it covers, as for the index and payloads [RD-7]
             raise checksum_mismatch(
                 "BAD_METADATA_CHECKSUM", "metadata checksum mismatch", at, crc, stored
             )

@@ -41,6 +41,8 @@ from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 #: read_many_into: the most bytes and buffers one positioned read takes.
 _RUN_BYTES = 64 << 20
+#: verify: the most payload bytes one positioned read takes.
+_VERIFY_CHUNK = 8 << 20
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
 
 
@@ -286,6 +288,16 @@ class Reader:
         """Check everything the spec requires, in the order RD-2 fixes."""
         self._validate()
 
+    def _check_length(self) -> None:
+        """A mapped file found shorter than when it was opened (truncated since) is refused
+        with ``TRUNCATED`` before any page past its new end is touched (SIGBUS otherwise)."""
+        if self._fd < 0:
+            return
+        now, opened = os.fstat(self._fd).st_size, len(self._data)
+        if now < opened:
+            raise field_error("TRUNCATED", f"the file is {now} bytes now, {opened} when it "
+                              "was opened: truncated since", now, opened, now)  # fmt: skip
+
     def validated_entries(self) -> list[TensorInfo]:
         """:meth:`validate`, then :meth:`entries`, reading and checking the entries once:
         the infos come from the copy of the index that validation checked [RD-4] (listing
@@ -296,6 +308,7 @@ class Reader:
         return [infos[i] for i in slab_order(self._index)]
 
     def _validate(self, keep: bool = False) -> Validated:
+        self._check_length()
         read = self._pread_into if self._fd >= 0 else None  # padding by positioned reads [WR-4]
         validated = validate_index(self._index, read, keep=keep)
         self._metadata_cache = validated.metadata
@@ -304,13 +317,16 @@ class Reader:
     def verify(self, progress: Callable[[int], object] | None = None) -> None:
         """Full validation plus every payload checksum [ENT-10], in increasing data_offset
         order, ties in index order (the order of payload placement).  ``progress``, if given,
-        is called with each payload's length once its checksum has been checked."""
+        is called with each payload's length once its checksum has been checked.
+
+        A mapped file's payloads are read by positioned reads, not through the map: a file
+        truncated meanwhile raises ``TRUNCATED`` instead of faulting (SIGBUS)."""
         self.validate()
         index = self._index
-        buf = index.buf
+        chunk = memoryview(bytearray(min(_VERIFY_CHUNK, self.file_size))) if self._fd >= 0 else None
         for i in np.argsort(index.entries["data_offset"], kind="stable").tolist():
             info = index.info(index.record(i))
-            crc = crc32c(buf[info.offset : info.offset + info.length])
+            crc = self._payload_crc(info, chunk)
             if crc != info.data_crc:
                 message = f"payload of {info.name!r} is damaged"
                 raise checksum_mismatch(
@@ -318,6 +334,18 @@ class Reader:
                 )
             if progress is not None:
                 progress(info.length)
+
+    def _payload_crc(self, info: TensorInfo, chunk: memoryview | None) -> int:
+        """The CRC-32C of a payload: from the snapshot, or read into ``chunk`` piece by piece."""
+        if chunk is None:
+            return crc32c(self._index.buf[info.offset : info.offset + info.length])
+        crc, at, end = 0, info.offset, info.offset + info.length
+        while at < end:
+            piece = chunk[: min(len(chunk), end - at)]
+            self._preadv_exact([piece], at)
+            crc = crc32c(piece, crc)
+            at += len(piece)
+        return crc
 
     # ------------------------------------------------------------------ lifetime
 

@@ -17,6 +17,12 @@ size (``kind: "split"``), or one group of members per tensor-parallel rank (``ki
   ``linear``, ``dequantize``, ``read_into``, ``read_many_into``) refuses without a rank
   (``TP_RANK_REQUIRED``) [SET-13], while the listings (``names``, ``layers``, ``entries``,
   ``len``, ``in``), the metadata [SET-14], ``validate`` and ``verify`` answer for the set;
+* members are opened on demand and at most ``max_open`` at once (the least recently used
+  is closed first, and reopened, with the opening checks again, when it is needed): a set
+  may hold more members than the process may open files or maps (SET-2 allows 65536);
+* full validation reads each member once and costs time linear in the members and names:
+  SET-6 keeps the member that first holds each name, rather than looking every name up in
+  every earlier member.
 
 Errors inside a member are that member's own ``FormatError`` with ``path`` set to its file
 and the file's name at the front of the message [SET-8].
@@ -25,11 +31,14 @@ and the file's name at the front of the message [SET-8].
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import itertools
 import os
+import resource
 import stat
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -41,10 +50,31 @@ from reference.format.layers import LinearLayer, dequantize_layer
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
 from reference.ground.errors import FormatError, TensorNotFoundError, error
-from reference.sets.setmanifest import Manifest, Member, read_manifest
+from reference.sets.setmanifest import (  # [SET-14, 15]
+    Manifest,
+    Member,
+    check_rank_record,
+    read_manifest,
+    without_rank_record,
+)
 from spec.constants import SET_MANIFEST
 
 _HASH_CHUNK = 8 << 20
+#: The most member readers open at once by default (each holds two descriptors and a map),
+#: fewer when the descriptor limit is low: an eighth of it.
+MAX_OPEN_MEMBERS = 128
+#: Why a listed member cannot be opened that makes it absent, not unreadable [SET-5]: no such
+#: file, a link to nothing or a loop of links, a name too long for the file system.
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG)
+
+
+def default_max_open() -> int:
+    """How many member readers a set keeps open by default: :data:`MAX_OPEN_MEMBERS`, or an
+    eighth of the soft descriptor limit when that is lower (at least 2)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_MEMBERS
+    return max(2, min(MAX_OPEN_MEMBERS, soft // 8))
 
 
 @contextmanager
@@ -59,6 +89,51 @@ def _in_member(path: Path) -> Iterator[None]:
         raise
 
 
+class _Open:
+    """The member readers open at once: at most ``limit``, the least recently used closed
+    first.  A closed reader's views stay valid (they hold its map)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._readers: OrderedDict[int, Reader] = OrderedDict()
+
+    def get(self, index: int) -> Reader | None:
+        reader = self._readers.get(index)
+        if reader is not None:
+            self._readers.move_to_end(index)
+        return reader
+
+    def room(self) -> None:
+        """Close the least recently used readers until one more fits."""
+        while len(self._readers) >= self.limit:
+            self._readers.popitem(last=False)[1].close()
+
+    def add(self, index: int, reader: Reader) -> None:
+        self.room()
+        self._readers[index] = reader
+
+    def close(self) -> None:
+        while self._readers:
+            self._readers.popitem(last=False)[1].close()
+
+
+class Members(Sequence[Reader]):
+    """A reader of each member of a group, in manifest order, opened when it is taken: a
+    reader stays open until the set needs its descriptors for another member (at most
+    ``max_open`` are open), so use it and move on; the views it gave stay valid."""
+
+    def __init__(self, fileset: FileSet, indices: Sequence[int]) -> None:
+        self._set, self._indices = fileset, indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return Members(self._set, self._indices[i])
+        return self._set.member_reader(self._indices[i])
+
+
 class FileSet:
     """An open file set.  Use :func:`reference.open` on its folder or manifest; close it (or use
     ``with``) when done."""
@@ -70,12 +145,15 @@ class FileSet:
         validate: bool = False,
         copy: bool = False,
         rank: int | None = None,
+        max_open: int | None = None,
     ) -> None:
         given = Path(path)
         self.manifest_path = given / SET_MANIFEST if given.is_dir() else given
         self.path = self.manifest_path.parent
+        _refuse_dangling(self.manifest_path)
         self.manifest: Manifest = read_manifest(self.manifest_path)  # [SET-2..SET-4]
-        self._readers: list[Reader] = []
+        self._open = _Open(default_max_open() if max_open is None else max(1, max_open))
+        self._copy = copy
         self.only_rank: int | None = None
         try:
             groups = self.manifest.ranks()
@@ -85,15 +163,15 @@ class FileSet:
                 raise ValueError(f"rank {rank} of a set of {self.tp_size} rank(s)")
             self._members = [m for m in self.manifest.members  # [SET-5], in manifest order
                              if self.only_rank is None or m.rank == self.only_rank]  # fmt: skip
-            for member in self._members:
-                self._readers.append(self._open_member(member, copy=copy))
-            by_name = dict(zip((m.name for m in self._members), self._readers, strict=True))
+            for index in range(len(self._members)):
+                self.member_reader(index)  # the opening checks; kept open while there is room
+            position = {m.name: i for i, m in enumerate(self._members)}
             for index, group in enumerate(groups):
                 if not group:
                     raise error("SET_RANK_MISSING", f"rank {index} of {self.tp_size} has no file",
                                 expected=f"a file for every rank 0..{self.tp_size - 1}",
                                 found="none", path=str(self.manifest_path))  # fmt: skip
-            self._ranks = [[by_name[m.name] for m in group] if self._is_open(index) else []
+            self._ranks = [[position[m.name] for m in group] if self._is_open(index) else []
                            for index, group in enumerate(groups)]  # fmt: skip
             if validate:
                 self.validate()
@@ -101,19 +179,33 @@ class FileSet:
             self.close()
             raise
 
+    def member_reader(self, index: int) -> Reader:
+        """The reader of member ``index`` (of ``self._members``), opened (again) if closed:
+        every opening check again [SET-5], so a member replaced since is refused."""
+        reader = self._open.get(index)
+        if reader is None:
+            self._open.room()
+            reader = self._open_member(self._members[index], copy=self._copy)
+            self._open.add(index, reader)
+        return reader
+
     def _is_open(self, rank: int) -> bool:
         return self.only_rank is None or rank == self.only_rank
 
     def _open_member(self, member: Member, *, copy: bool) -> Reader:
         path = self.path / member.name
+        why = ""
         try:
             status = os.stat(path)  # a link is followed: the Hub's cache links to its blobs
             mode, size = status.st_mode, status.st_size
-        except FileNotFoundError:
-            mode, size = 0, -1
+        except OSError as exc:
+            if exc.errno not in _ABSENT:  # it is there but cannot be read (EACCES, EIO)
+                raise
+            mode, size, why = 0, -1, f" ({exc.strerror})"
         if not stat.S_ISREG(mode):
             raise error("SET_MISSING_FILE", f"{member.name}: listed in {SET_MANIFEST} but absent"
-                        + ("" if size < 0 else " (not a regular file)"), expected="a regular file",
+                        + (why if size < 0 else " (not a regular file)"),
+                        expected="a regular file",
                         found="nothing" if size < 0 else "another kind of file",
                         path=str(path))  # fmt: skip
         if size != member.size:
@@ -143,35 +235,41 @@ class FileSet:
         return self.manifest.tp_size or 1
 
     @property
-    def members(self) -> list[Reader]:
-        """A reader of each member, in manifest order."""
-        return list(self._readers)
+    def members(self) -> Members:
+        """A reader of each open member, in manifest order (each opened when taken:
+        :class:`Members`)."""
+        return Members(self, range(len(self._members)))
 
-    def rank_members(self, rank: int = 0) -> list[Reader]:
+    def rank_members(self, rank: int = 0) -> Members:
         """The members of ``rank`` (of a split set: every member, ``rank`` 0)."""
+        return Members(self, self._group(rank))
+
+    def _group(self, rank: int) -> list[int]:
+        """The positions of ``rank``'s members, in manifest order."""
         if not 0 <= rank < len(self._ranks):
             raise ValueError(f"rank {rank} of a set of {len(self._ranks)} rank(s)")
         if self.only_rank is not None and rank != self.only_rank:
             raise ValueError(f"rank {rank}: only rank {self.only_rank}'s members were opened")
-        return list(self._ranks[rank])
+        return self._ranks[rank]
 
-    def _find(self, name: str, rank: int) -> Reader | None:
-        for reader in self.rank_members(rank):  # [SET-6]
-            if name in reader:
-                return reader
+    def _find(self, name: str, rank: int) -> int | None:
+        """The position of the first member of ``rank`` that holds ``name`` [SET-6]."""
+        for index in self._group(rank):
+            if name in self.member_reader(index):
+                return index
         return None
 
-    def _holder(self, info: TensorInfo, rank: int) -> Reader:
+    def _holder(self, info: TensorInfo, rank: int) -> int:
         """The member whose entry ``info`` is (entries carry no file of their own)."""
-        reader = self._find(info.name, rank)
-        if reader is None or reader.entry(info.name) != info:
+        index = self._find(info.name, rank)
+        if index is None or self.member_reader(index).entry(info.name) != info:
             raise ValueError(f"{info.name!r}: not an entry of rank {rank} of this set")
-        return reader
+        return index
 
     # ------------------------------------------------------------------ the Reader API
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self._ranks[self.only_rank or 0])
+        return sum(len(r) for r in self.rank_members(self.only_rank or 0))
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._find(name, self.only_rank or 0) is not None
@@ -216,22 +314,22 @@ class FileSet:
     def entry(self, name: str, *, rank: int | None = None) -> TensorInfo:
         """The entry of ``name`` in rank ``rank``'s members [SET-13]."""
         rank = self._rank(rank, repr(name))
-        reader = self._find(name, rank)
-        if reader is None:
+        index = self._find(name, rank)
+        if index is None:
             raise TensorNotFoundError(name)
-        return reader.entry(name)
+        return self.member_reader(index).entry(name)
 
     def tensor(self, name: str, *, rank: int | None = None) -> NDArray[Any]:
         """Zero-copy view of the payload of ``name`` in rank ``rank``'s members: in a rank
         set, that rank's shard [SET-13]."""
         rank = self._rank(rank, repr(name))
-        reader = self._find(name, rank)
-        if reader is None:
+        index = self._find(name, rank)
+        if index is None:
             raise TensorNotFoundError(name)
-        return reader.tensor(name)
+        return self.member_reader(index).tensor(name)
 
     def view(self, info: TensorInfo, *, rank: int | None = None) -> NDArray[Any]:
-        return self._holder(info, self._rank(rank, repr(info.name))).view(info)
+        return self.member_reader(self._holder(info, self._rank(rank, repr(info.name)))).view(info)
 
     def tensors(self, *, rank: int | None = None) -> Iterator[tuple[TensorInfo, NDArray[Any]]]:
         members = self.rank_members(self._rank(rank, "every tensor"))
@@ -268,10 +366,10 @@ class FileSet:
                              parallel=parallel)  # fmt: skip
 
     def _layer_reader(self, prefix: str, rank: int) -> Reader:
-        reader = self._find(f"{prefix}.qweight", rank)
-        if reader is None:
+        index = self._find(f"{prefix}.qweight", rank)
+        if index is None:
             raise TensorNotFoundError(f"{prefix}.qweight")
-        return reader
+        return self.member_reader(index)
 
     def dequantize(self, prefix: str, *, rank: int | None = None) -> NDArray[np.float32]:
         """``float32[k, n]`` weights of a quantised layer of a split set; of a rank set, rank
@@ -300,21 +398,20 @@ class FileSet:
             return []
         what = first[0].name if isinstance(first[0], TensorInfo) else first[0]
         rank = self._rank(rank, repr(what))
-        readers = self.rank_members(rank)
         count = 0
         for count, (tensor, out) in enumerate(itertools.chain([first], items), start=1):
             if isinstance(tensor, TensorInfo):
-                reader = self._holder(tensor, rank)
-                info = tensor
+                index, info = self._holder(tensor, rank), tensor
             else:
                 found = self._find(tensor, rank)
                 if found is None:
                     raise TensorNotFoundError(tensor)
-                reader, info = found, found.entry(tensor)
-            jobs.setdefault(readers.index(reader), []).append((count - 1, info, out))
+                index, info = found, self.member_reader(found).entry(tensor)
+            jobs.setdefault(index, []).append((count - 1, info, out))
         results: list[NDArray[Any] | None] = [None] * count
         for member, member_jobs in sorted(jobs.items()):
-            arrays = readers[member].read_many_into((info, out) for _, info, out in member_jobs)
+            reader = self.member_reader(member)
+            arrays = reader.read_many_into((info, out) for _, info, out in member_jobs)
             for (position, _, _), array in zip(member_jobs, arrays, strict=True):
                 results[position] = array
         return [a for a in results if a is not None]
@@ -323,85 +420,110 @@ class FileSet:
     def metadata(self) -> dict[str, Any]:
         """The set's metadata: its first member's [SET-10]; of a rank set, every open member's,
         which must be the same [SET-14]."""
-        first = self._readers[0]
+        first = self.member_reader(0)
         with _in_member(first.path):
             metadata = first.metadata
         if self.kind != "rank":
             return metadata
-        for reader in self._readers[1:]:
+        for index in range(1, len(self._members)):
+            reader = self.member_reader(index)
             with _in_member(reader.path):
                 other = reader.metadata
-            if other != metadata:
+            if without_rank_record(other) != without_rank_record(metadata):  # [SET-14]
                 keys = sorted(k for k in metadata.keys() | other.keys()
                               if metadata.get(k) != other.get(k))  # fmt: skip
-                one, two = self._named(first), self._named(reader)
+                one, two = self._named(0), self._named(index)
                 raise error("TP_METADATA_MISMATCH", f"{two}: metadata differs from {one}'s in "
                             + ", ".join(map(repr, keys[:5])), expected=f"{one}'s metadata",
                             found=f"{two}'s, different in {len(keys)} key(s)",
                             path=str(reader.path))  # fmt: skip
         return metadata
 
-    def _named(self, reader: Reader) -> str:
+    def _named(self, index: int) -> str:
         """A member's file name and rank, as a message names it."""
-        member = self._members[self._readers.index(reader)]
+        member = self._members[index]
         return f"{member.name} (rank {member.rank})"
 
     @property
     def version(self) -> tuple[int, int]:
-        return self._readers[0].version
+        return self.member_reader(0).version
 
     # ------------------------------------------------------------------ validation [SET-8]
 
     def validate(self) -> None:
-        """Every check of SET-8, in its order: members (RD-2), extra files, names, ranks."""
-        for reader in self._readers:
+        """Every check of SET-8, in its order: members (RD-2), extra files, names, ranks.
+
+        Each member is read once, in manifest order: its full validation, then its names
+        kept for SET-6 (the first member of its rank to hold each name) and, in a whole rank
+        set, SET-7 (each name's fields per rank).  Time and memory grow with the members and
+        the names, never with their product."""
+        ranked = self.kind == "rank" and self.only_rank is None
+        seen: list[dict[str, int]] = [{} for _ in self._ranks]
+        repeated: list[tuple[str, int, int] | None] = [None] * len(self._ranks)
+        fields: list[dict[str, tuple[Any, ...]]] = [{} for _ in self._ranks] if ranked else []
+        for index, member in enumerate(self._members):
+            reader = self.member_reader(index)
             with _in_member(reader.path):
-                reader.validate()
+                infos = reader.validated_entries()  # [RD-2]
+            check_rank_record(self.manifest, member, reader)  # its own rank [SET-15]
+            rank = member.rank or 0
+            holders = seen[rank]
+            for info in infos:
+                first = holders.setdefault(info.name, index)
+                if first != index and repeated[rank] is None:
+                    repeated[rank] = (info.name, first, index)
+            if ranked:
+                fields[rank].update((info.name, _fields(info)) for info in infos)
+        self._check_extra()
+        for rank, twice in enumerate(repeated):
+            if twice is not None:
+                self._duplicate(rank, *twice)
+        if ranked:
+            self._check_ranks(fields)
+
+    def _check_extra(self) -> None:
+        """No ``.awq2`` file in the folder that the manifest does not list [SET-8]."""
         listed = {m.name for m in self.manifest.members}
         extra = sorted(p.name for p in self.path.glob("*.awq2") if p.name not in listed)
         if extra:
             raise error("SET_EXTRA_FILE", f"{extra[0]}: an .awq2 file the manifest does not list",
                         expected=f"only the {len(listed)} listed", found=", ".join(extra[:5]),
                         path=str(self.path / extra[0]))  # fmt: skip
-        for rank, group in enumerate(self._ranks):
-            self._check_unique(rank, group)
-        self._check_ranks()
 
-    def _check_unique(self, rank: int, group: list[Reader]) -> None:
-        """No name in two members of one group [SET-6]: each later member's names looked up
-        in the earlier ones."""
-        for i, reader in enumerate(group):
-            for name in reader.names():
-                for earlier in group[:i]:
-                    if name in earlier:
-                        where = f" of rank {rank}" if self.kind == "rank" else ""
-                        raise error("SET_DUPLICATE_NAME", f"{name!r} is in two members{where}",
-                                    expected=f"one of {earlier.path.name}, {reader.path.name}",
-                                    found="both", path=str(reader.path))  # fmt: skip
+    def _duplicate(self, rank: int, name: str, first: int, again: int) -> None:
+        """[SET-6]: ``name`` of member ``again`` is also in the earlier member ``first`` (the
+        first member in manifest order that repeats a name, at its first such name in slab
+        order; the first earlier member that holds it)."""
+        where = f" of rank {rank}" if self.kind == "rank" else ""
+        one, two = self._members[first].name, self._members[again].name
+        raise error("SET_DUPLICATE_NAME", f"{name!r} is in two members{where}",
+                    expected=f"one of {one}, {two}", found="both",
+                    path=str(self.path / two))  # fmt: skip
 
-    def _check_ranks(self) -> None:
+    def _check_ranks(self, fields: list[dict[str, tuple[Any, ...]]]) -> None:
         """Every rank holds rank 0's names with the same fields [SET-7] (when every rank is
         open: a set opened for one rank checks that rank's members only)."""
-        if self.kind != "rank" or self.only_rank is not None:
-            return
-        first = {e.name: _fields(e) for e in self.entries(rank=0)}
+        first = fields[0]
         for rank in range(1, self.tp_size):
-            these = {e.name: _fields(e) for e in self.entries(rank=rank)}
+            these = fields[rank]
             for name in sorted(first.keys() ^ these.keys()):
                 holder = "rank 0" if name in first else f"rank {rank}"
                 raise error("SET_RANK_MISMATCH", f"{name!r} is only in {holder}",
                             expected="the same names in every rank", found=holder,
                             path=str(self.manifest_path))  # fmt: skip
-            for name, fields in these.items():
-                if fields != first[name]:
+            for name, found in these.items():
+                if found != first[name]:
                     raise error("SET_RANK_MISMATCH", f"{name!r} differs between rank 0 and "
-                                f"rank {rank}", expected=_show(first[name]), found=_show(fields),
+                                f"rank {rank}", expected=_show(first[name]), found=_show(found),
                                 path=str(self.manifest_path))  # fmt: skip
 
     def verify(self) -> None:
-        """``validate()``, then every member's payload checksums and SHA-256 [SET-8]."""
+        """``validate()``, then every member's payload checksums and SHA-256 [SET-8], one
+        member at a time.  A member truncated since it was opened is refused (``TRUNCATED``,
+        naming it), never read through its map."""
         self.validate()
-        for member, reader in zip(self._members, self._readers, strict=True):
+        for index, member in enumerate(self._members):
+            reader = self.member_reader(index)
             with _in_member(reader.path):
                 reader.verify()
             digest = sha256_file(reader)
@@ -414,8 +536,9 @@ class FileSet:
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        for reader in self._readers:
-            reader.close()
+        """Close every member reader still open (views handed out stay valid)."""
+        if hasattr(self, "_open"):
+            self._open.close()
 
     def __enter__(self) -> FileSet:
         return self
@@ -453,7 +576,36 @@ def sha256_file(reader: Reader) -> str:
 
 
 def is_set_path(path: Path) -> bool:
-    """``path`` is a set's folder (it holds the manifest) or a manifest (``*.json``)."""
+    """``path`` is a set's folder (it holds an entry named as the manifest, even a link to
+    nothing, which opening then refuses: :func:`dangling_link`) or a manifest (``*.json``)."""
     if path.is_dir():
-        return (path / SET_MANIFEST).exists()
+        return os.path.lexists(path / SET_MANIFEST)
     return path.name.endswith(".json")
+
+
+def dangling_link(path: Path) -> OSError | None:
+    """The error of a link that leads nowhere (its target does not exist: a download that did
+    not finish, a Hub cache whose blob is gone; or a loop of links), naming the link and its
+    target; ``None`` for anything else.  It is the ``OSError`` of an input that cannot be
+    read (the tools' exit status 3), never a reason to read the folder as something else."""
+    try:
+        if not path.is_symlink():
+            return None
+        target = os.readlink(path)
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return OSError(errno.ELOOP, f"{path.name} is a link to {target}, in a loop of "
+                           "links", str(path))  # fmt: skip
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return FileNotFoundError(exc.errno, f"{path.name} is a link to {target}, which "
+                                     "does not exist (an unfinished download?)",
+                                     str(path))  # fmt: skip
+        return None
+    return None
+
+
+def _refuse_dangling(path: Path) -> None:
+    broken = dangling_link(path)
+    if broken is not None:
+        raise broken

@@ -5,13 +5,18 @@ set's kind and, for a rank set, the tensor-parallel degree and each member's ran
 :func:`parse_manifest` checks it in the order the spec gives: the version and the kind
 first [SET-3], then every member of the schema [SET-2] and every file name [SET-4].  Unknown
 members are ignored [SET-2].  Every failure is a ``SetError`` (``SET_BAD_MANIFEST`` or
-``SET_UNSUPPORTED``).
+``SET_UNSUPPORTED``), with no offset: a set's error names no byte [RD-7].
+
+Each member of a rank set also records its own rank and degree in its metadata, under
+``awq2_rank`` [SET-15]: :func:`rank_record` is what the writer stores, and
+:func:`check_rank_records` what full validation checks against the manifest.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -19,7 +24,13 @@ from typing import Any, TypeGuard
 from reference.format.metadata import parse_metadata
 from reference.ground.errors import FormatError, error
 from reference.ground.files import open_regular
-from spec.constants import MAX_METADATA_LENGTH, MAX_SET_FILES, SET_MANIFEST, SET_VERSION
+from spec.constants import (
+    MAX_METADATA_LENGTH,
+    MAX_SET_FILES,
+    SET_MANIFEST,
+    SET_RANK_KEY,
+    SET_VERSION,
+)
 
 KINDS = ("split", "rank")
 _HEX8 = re.compile(r"[0-9a-f]{8}")
@@ -84,8 +95,9 @@ def parse_manifest(raw: bytes, *, name: str = SET_MANIFEST) -> Manifest:
     try:
         document = parse_metadata(raw, offset=0)  # META-1, META-2, META-5, META-6
     except FormatError as exc:
-        raise error("SET_BAD_MANIFEST", f"{name}: {exc.message}", offset=exc.offset,
-                    expected=exc.expected, found=exc.found) from exc  # fmt: skip
+        where = "" if exc.offset is None else f" (at its byte {exc.offset})"
+        raise error("SET_BAD_MANIFEST", f"{name}: {exc.message}{where}", expected=exc.expected,
+                    found=exc.found) from exc  # fmt: skip
     version, kind = document.get("awq2_set"), document.get("kind")
     if not _integer(version) or version != SET_VERSION:  # [SET-3]
         raise error("SET_UNSUPPORTED", f"{name}: awq2_set is not a version this reader knows",
@@ -166,3 +178,54 @@ def manifest_text(manifest: Manifest) -> str:
         files.append(item)
     document["files"] = files
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+# ------------------------------------------------------------------ each member's own record
+
+
+def rank_record(rank: int, tp_size: int) -> dict[str, Any]:
+    """What rank ``rank``'s member of a rank set cut for ``tp_size`` ranks records of itself in
+    its metadata [SET-15]: merge it into the metadata the writer gives every member."""
+    return {SET_RANK_KEY: {"rank": rank, "tp_size": tp_size}}
+
+
+def without_rank_record(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """``metadata`` without a member's own record [SET-14]: what every member of a rank set
+    holds alike."""
+    return {key: value for key, value in metadata.items() if key != SET_RANK_KEY}
+
+
+def check_rank_record(manifest: Manifest, member: Member, reader: Any) -> None:
+    """A member's record of its rank against the manifest [SET-15], once the member has passed
+    its own full validation: ``reader`` is its open reader (anything with ``metadata`` and
+    ``path``).  A rank set's member records its ``rank`` and the set's ``tp_size``; a split
+    set's records nothing.  ``SET_WRONG_RANK`` names the member."""
+    metadata = reader.metadata
+    record = metadata.get(SET_RANK_KEY, _ABSENT)
+    if manifest.kind != "rank":
+        if record is not _ABSENT:
+            raise _wrong_rank(member, reader, "a member of a split set records a rank (a "
+                              "rank's shards, not a whole model?)", expected=f"no {SET_RANK_KEY}",
+                              found=record)  # fmt: skip
+        return
+    want = {"rank": member.rank, "tp_size": manifest.tp_size}
+    if record is _ABSENT:
+        raise _wrong_rank(member, reader, f"its metadata has no {SET_RANK_KEY} (a file not "
+                          "written as a member of a rank set?)", expected=want,
+                          found="none")  # fmt: skip
+    if not isinstance(record, dict) or any(
+        not _integer(record.get(key)) or record.get(key) != value for key, value in want.items()
+    ):
+        raise _wrong_rank(member, reader, "it was written as another rank, or for another "
+                          "tensor-parallel degree, than the manifest says", expected=want,
+                          found=record)  # fmt: skip
+
+
+_ABSENT = object()
+
+
+def _wrong_rank(member: Member, reader: Any, message: str, *, expected: Any,
+                found: Any) -> FormatError:  # fmt: skip
+    where = f"{member.name} (rank {member.rank})" if member.rank is not None else member.name
+    return error("SET_WRONG_RANK", f"{where}: {message}", expected=expected, found=found,
+                 path=str(reader.path))  # fmt: skip

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from reference.format.layers import StoredTensor
 from reference.format.reader import Reader
 from reference.sets import folder
-from reference.sets.setmanifest import Manifest, Member, manifest_text
+from reference.sets.setmanifest import Manifest, Member, manifest_text, rank_record
 from reference.write.writer import Writer
 from spec.constants import SET_MANIFEST
 
@@ -189,9 +189,10 @@ def rank_member_name(rank: int, tp_size: int) -> str:
 
 class RankSetWriter(_Members):
     """One member per tensor-parallel rank in ``out`` (an existing, empty folder): rank ``r``'s
-    file receives rank ``r``'s part of every step [SET-7, SET-11].  As :class:`SetWriter`,
-    every member stays open until :meth:`close`, which hashes them and writes the manifest
-    (``kind: "rank"``) last."""
+    file receives rank ``r``'s part of every step [SET-7, SET-11].  Every member gets the same
+    metadata plus its own record, ``awq2_rank: {"rank": r, "tp_size": T}`` [SET-14, SET-15].
+    As :class:`SetWriter`, every member stays open until :meth:`close`, which hashes them and
+    writes the manifest (``kind: "rank"``) last."""
 
     def __init__(
         self,
@@ -211,8 +212,8 @@ class RankSetWriter(_Members):
         try:
             for rank in range(tp_size):
                 path = self.out / rank_member_name(rank, tp_size)
-                self._writers.append(Writer(path, metadata=metadata, check=check,
-                                            writeback=writeback))  # fmt: skip
+                self._writers.append(Writer(path, metadata=self._own(metadata, rank),
+                                            check=check, writeback=writeback))  # fmt: skip
         except BaseException:
             self.abort()
             raise
@@ -225,10 +226,14 @@ class RankSetWriter(_Members):
             for t in tensors:
                 writer.add(t.name, t.array, **t.fields)
 
+    def _own(self, metadata: Mapping[str, Any] | None, rank: int) -> dict[str, Any]:
+        """``metadata`` as rank ``rank``'s member stores it: with its own record [SET-15]."""
+        return {**(metadata or {}), **rank_record(rank, self.tp_size)}
+
     def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:
-        """Metadata for every rank's file (the same in each)."""
-        for writer in self._writers:
-            writer.set_metadata(metadata)
+        """Metadata for every rank's file (the same in each, but for its own record)."""
+        for rank, writer in enumerate(self._writers):
+            writer.set_metadata(self._own(metadata, rank))
 
     def close(self) -> list[Path]:
         """Close every member, hash them and write the manifest; the members' paths."""

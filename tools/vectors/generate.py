@@ -50,7 +50,7 @@ MANIFEST_VERSION = 3
 #: the manifest, a schema), and record it with ``--record-release`` (:mod:`tools.vectors.releases`;
 #: ``python -m tools.regen --check`` fails until both are done).  Major: a loader that passed
 #: may now fail (a new rule); minor: vectors added for existing rules; patch: descriptions.
-SUITE_VERSION = "2.0.0"
+SUITE_VERSION = "3.0.0"
 
 
 def sha256(data: bytes | np.ndarray) -> str:
@@ -357,6 +357,13 @@ def exact_metadata_vectors() -> list[Vector]:
             Content(dense=tensor, metadata_raw=EXACT_NUMBERS),
         ),
         _accept(
+            "y_metadata_largest_finite",
+            ("META-5",),
+            "1.7976931348623158e308, below the midpoint between the largest binary64 and 2**1024: "
+            "rounded to nearest it is the largest binary64, finite",
+            Content(dense=tensor, metadata_raw=b'{"a":1.7976931348623158e308}'),
+        ),
+        _accept(
             "y_metadata_escapes",
             ("ADP-1", "META-1", "META-2", "META-5"),
             'keys and strings with \\u00e9, a surrogate pair, \\/, \\", \\\\, \\u0000 and '
@@ -595,6 +602,19 @@ def accept_vectors() -> list[Vector]:
             ("VER-1", "HDR-5"),
             "version 2.7 using reserved bytes",
             minor,
+            expected,
+        )
+    )
+    # a reader of spec 2.1 implements file format 2.0: its own minor version is 0 [HDR-5]
+    minor_1 = FileEditor(data).set_header(version_minor=1, reserved1=b"\x00\x01\x00")
+    vectors.append(
+        Vector(
+            "y_minor_version_1_reserved",
+            "accept",
+            ("HDR-5", "VER-1"),
+            "version 2.1 with a reserved byte set: a reader of spec 2.1 implements file format "
+            "2.0, its own minor version is 0, so 2.1's reserved bytes are ignored",
+            minor_1.refresh().bytes(),
             expected,
         )
     )

@@ -441,6 +441,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_nan", _metadata(b'{"a":NaN}'), "BAD_METADATA", ("META-2",), "validate", "NaN: not JSON, though Python's json reads it"),
     M("metadata_trailing_comma", _metadata(b'{"a":1,}'), "BAD_METADATA", ("META-2",), "validate", "a comma before the closing brace"),
     M("metadata_number_overflow", _metadata(b'{"a":1e400}'), "BAD_METADATA", ("META-5",), "validate", "1e400: not finite as binary64"),
+    M("metadata_rounds_to_infinity", _metadata(b'{"a":1.7976931348623159e308}'), "BAD_METADATA", ("META-5",), "validate", "1.7976931348623159e308, above the midpoint between the largest binary64 and 2**1024: rounded to nearest (ties to even) it is infinite"),
     M("metadata_number_too_long", _metadata(b'{"a":1' + b"0" * 100 + b"}"), "BAD_METADATA", ("META-5",), "validate", "an integer of 101 digits (over 100 bytes)"),
     M("metadata_lone_low_surrogate", _metadata(rb'{"a":"\udc00x"}'), "BAD_METADATA", ("META-5",), "validate", "the escape \\udc00, a low surrogate with no high one before it"),
     M("metadata_control_character", _metadata(b'{"a":"tab\there"}'), "BAD_METADATA", ("META-2",), "validate", "a raw tab (U+0009) inside a string"),

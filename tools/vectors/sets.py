@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spec.constants import SET_MANIFEST, SET_VERSION
+from spec.constants import SET_MANIFEST, SET_RANK_KEY, SET_VERSION
 from tools.vectors.generate import Content, Vector, base_bytes, build, draw_layer, mutated
 from tools.vectors.mutations import MUTATIONS
 
@@ -134,18 +134,26 @@ def tiny_members(count: int = 2, metadata: dict[str, Any] | None = None) -> list
     ]  # fmt: skip
 
 
+def record(rank: int, tp_size: int, **more: Any) -> dict[str, Any]:
+    """What a rank set's member records of itself in its metadata [SET-15]."""
+    return {SET_RANK_KEY: {"rank": rank, "tp_size": tp_size, **more}}
+
+
 def tiny_ranks(tp_size: int = 2) -> list[Member]:
     """One small tensor per rank, the same name and shape in every rank."""
     return [
         member(f"model-tp{tp_size}-rank{r}.awq2",
-               Content(dense=[_dense("model.norm.weight", 700 + r, (64,))]), r)
+               Content(dense=[_dense("model.norm.weight", 700 + r, (64,))],
+                       metadata=record(r, tp_size)), r)
         for r in range(tp_size)
     ]  # fmt: skip
 
 
-def rank_content(rank: int, tp_size: int, n: int = 64, *, extra: str = "") -> Content:
+def rank_content(rank: int, tp_size: int, n: int = 64, *, extra: str = "",
+                 recorded: dict[str, Any] | None = None) -> Content:  # fmt: skip
     """Rank ``rank``'s file of a small model cut for ``tp_size`` ranks: every rank the same
-    names and fields [SET-7], its own values."""
+    names and fields [SET-7], its own values, and its own record [SET-15] (``recorded``
+    instead, when given; ``{}``: none)."""
     layers = [
         draw_layer("model.layers.0.mlp.up_proj", 128, n, 4, 64, 200 + rank),
         draw_layer("model.layers.0.mlp.down_proj", 128, 64, 4, 64, 300 + rank),
@@ -154,7 +162,8 @@ def rank_content(rank: int, tp_size: int, n: int = 64, *, extra: str = "") -> Co
     dense.append(("model.norm.weight", np.ones(64, np.float32), None))
     if extra:
         dense.append(_dense(extra, 500 + rank, (4,)))
-    meta = {"tensor_parallel": {"tp_size": tp_size, "rank": rank}}
+    meta = {"tensor_parallel": {"tp_size": tp_size}}
+    meta |= record(rank, tp_size) if recorded is None else recorded
     return Content(dense=dense, layers=layers, metadata=meta)
 
 
@@ -234,6 +243,14 @@ def accept_vectors() -> list[Vector]:
     unknown["generator"] = {"name": "a future writer", "version": [3, 1]}
     for obj in unknown["files"]:
         obj["parts"] = 1
+    split_with_rank_fields = manifest_doc(split)
+    split_with_rank_fields["tp_size"] = "two"
+    split_with_rank_fields["files"][0]["rank"] = -1
+    recorded = [
+        member(f"model-tp2-rank{r}.awq2",
+               rank_content(r, 2, recorded=record(r, 2, writer="a future one", shard=[r, 2])), r)
+        for r in range(2)
+    ]  # fmt: skip
     first_differs = split_members(2)
     first_differs[1] = member(
         first_differs[1].name,
@@ -265,6 +282,20 @@ def accept_vectors() -> list[Vector]:
                rank_split_members(), tp_size=2),
         accept("y_set_rank_tp1", ("SET-2", "SET-7"), "a rank set for a single rank",
                rank_members(1), tp_size=1),
+        accept("y_set_rank_record_more_members", ("SET-15",),
+               "each member records its rank and tp_size with other members beside them in its "
+               "awq2_rank object: ignored", recorded, tp_size=2),
+        accept("y_set_rank_minus_zero", ("SET-2",),
+               "rank 0 written -0 in the manifest: the integer 0", ranks, tp_size=2,
+               manifest=dumps(manifest_doc(ranks, 2)).replace(b'"rank": 0', b'"rank": -0', 1)),
+        accept("y_set_split_ignores_rank_fields", ("SET-2",),
+               "a split set whose manifest has tp_size \"two\" and a rank -1 in a file object: "
+               "members a split set does not know, ignored", split,
+               manifest=dumps(split_with_rank_fields)),
+        accept("y_set_other_case_suffix", ("SET-8",),
+               "a file MODEL-00004.AWQ2 in the folder, not listed: its name does not end in the "
+               "bytes .awq2, so it is no stray member", split,
+               extra={"MODEL-00004.AWQ2": split[0].data}),
     ]  # fmt: skip
 
 
@@ -343,6 +374,34 @@ def _manifest_rejects() -> list[Vector]:
         bad("n_set_version_before_files", "awq2_set 2 and no files: the version is checked "
             "before any other member", _version_2_without_files,
             code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_version_string", 'awq2_set "1", a string: not the integer 1',
+            lambda d: d.__setitem__("awq2_set", "1"), code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_version_float", "awq2_set 1.0: a number with a fraction, not the integer 1",
+            lambda d: d.__setitem__("awq2_set", 1.0), code="SET_UNSUPPORTED", reqs=("SET-3",)),
+        bad("n_set_kind_not_string", 'kind ["split"], not a string',
+            lambda d: d.__setitem__("kind", ["split"]), code="SET_UNSUPPORTED",
+            reqs=("SET-3",)),
+    ]  # fmt: skip
+    text = dumps(manifest_doc(split))
+    size = str(len(split[0].data)).encode()
+    deep = b'{"awq2_set": 2, "deep": ' + b"[" * 65 + b"]" * 65 + b"}\n"
+    out += [
+        reject("n_set_size_exponent", "SET_BAD_MANIFEST", ("SET-2",), "open",
+               f"the first size written {size.decode()}e0: the file's length, but with an "
+               "exponent, so not an integer", folder(split, text.replace(
+                   b'"size": ' + size, b'"size": ' + size + b"e0", 1))),
+        reject("n_set_manifest_too_deep", "SET_BAD_MANIFEST", ("SET-2", "SET-3"), "open",
+               "awq2_set 2 and arrays nested 65 deep: the text's checks come first, and a "
+               "manifest too deep is SET_BAD_MANIFEST (not LIMIT_METADATA, not SET_UNSUPPORTED)",
+               folder(split, deep)),
+        reject("n_set_manifest_bad_json_version_2", "SET_BAD_MANIFEST", ("SET-2", "SET-3"),
+               "open", "awq2_set 2 in a text that is not JSON (a trailing comma): the JSON is "
+               "checked before the version", folder(split, text.replace(
+                   b'"awq2_set": 1,', b'"awq2_set": 2,,', 1))),
+        reject("n_set_name_too_long", "SET_MISSING_FILE", ("SET-5", "SET-4"), "open",
+               "a plain name of 300 bytes, longer than a file system allows (ENAMETOOLONG): "
+               "no such file", with_manifest(split, lambda d: d["files"][0].__setitem__(
+                   "name", "m" * 295 + ".awq2"))),
     ]  # fmt: skip
     return out
 
@@ -377,16 +436,30 @@ def _member_rejects() -> list[Vector]:
         ),
     ]
     names_differ = [ranks[0], member(ranks[1].name, rank_content(1, 2, extra="rank1.only"), 1)]
-    mixed = [ranks[0], member(ranks[1].name, rank_content(1, 4, n=16), 1)]
+    # cut for 4 ranks, recording rank 1 of 2 (SET-15 passes): SET-7 sees the shapes differ
+    mixed = [ranks[0], member(ranks[1].name, rank_content(1, 4, n=16, recorded=record(1, 2)), 1)]
     tiny = tiny_ranks()
     dup_rank = [
         tiny[0],
-        member("model-tp2-rank0-extra.awq2", Content(dense=[_dense("model.norm.weight", 5, (64,))]),
-               0),
+        member("model-tp2-rank0-extra.awq2", Content(dense=[_dense("model.norm.weight", 5, (64,))],
+               metadata=record(0, 2)), 0),
         tiny[1],
     ]  # fmt: skip
     wrong_sha = manifest_doc(split)
     wrong_sha["files"][1]["sha256"] = hashlib.sha256(b"another file").hexdigest()
+    file_order = manifest_doc(split)
+    file_order["files"][1]["header_crc"] = split[1].data[124:128].hex()
+    assert file_order["files"][1]["header_crc"] != header_crc(split[1].data)
+    first_sha = manifest_doc(split)  # member 1's SHA-256 wrong, member 2's payload damaged
+    first_sha["files"][0]["sha256"] = hashlib.sha256(b"another file").hexdigest()
+    damaged = bytearray(split[1].data)
+    damaged[0x10000] ^= 0x01
+    by_member = [split[0], replace(split[1], data=bytes(damaged))]
+    of_four = rank_members(4)[:2]  # ranks 0 and 1 of a conversion for 4, each recording so
+    swapped = manifest_doc(ranks, 2)
+    swapped["files"][0]["rank"], swapped["files"][1]["rank"] = 1, 0
+    unrecorded = [member(m.name, rank_content(m.rank or 0, 2, recorded={}), m.rank)
+                  for m in ranks]  # fmt: skip
     return [
         reject("n_set_missing_file", "SET_MISSING_FILE", ("SET-5",), "open",
                "the second listed file is absent", {split[0].name: split[0].data,
@@ -438,6 +511,27 @@ def _member_rejects() -> list[Vector]:
         reject("n_set_bad_sha256", "SET_BAD_SHA256", (), "verify",
                "the second member's sha256 in the manifest is another file's",
                folder(split, dumps(wrong_sha))),
+        reject("n_set_header_crc_file_order", "SET_FILE_MISMATCH", ("SET-2", "SET-5"), "open",
+               "the second member's header_crc written as its four bytes in file order, not "
+               "as the u32 value", folder(split, dumps(file_order))),
+        reject("n_set_verify_member_by_member", "SET_BAD_SHA256", (), "verify",
+               "the first member's sha256 wrong and a payload byte of the second flipped: the "
+               "first member's SHA-256 is compared before the second's payloads are read",
+               folder(by_member, dumps(first_sha))),
+        reject("n_set_rank_tp_size_lie", "SET_WRONG_RANK", ("SET-15",), "validate",
+               "tp_size 2 over ranks 0 and 1 of a conversion for 4 ranks (quarter shards, the "
+               "same names and fields in both): each member records tp_size 4",
+               folder(of_four, dumps(manifest_doc(of_four, 2)))),
+        reject("n_set_rank_swapped", "SET_WRONG_RANK", ("SET-15",), "validate",
+               "the two files' rank numbers swapped in the manifest: rank 0's file records "
+               "rank 0", folder(ranks, dumps(swapped))),
+        reject("n_set_rank_unrecorded", "SET_WRONG_RANK", ("SET-15",), "validate",
+               "members of a rank set whose metadata records no awq2_rank",
+               folder(unrecorded, dumps(manifest_doc(unrecorded, 2)))),
+        reject("n_set_split_member_records_rank", "SET_WRONG_RANK", ("SET-15",), "validate",
+               "a split set whose one member is rank 0's file of a rank set (it records "
+               "awq2_rank): a shard, not the whole model", folder(
+                   ranks[:1], dumps(manifest_doc(ranks[:1])))),
     ]  # fmt: skip
 
 

@@ -152,10 +152,15 @@ int awq2_decode_layer(const awq2_file *f, const awq2_entry *qw, const awq2_entry
  * 0 with *doc (malloc'ed, the caller frees it) and *len, -1 with err (a layer that does not
  * decode), -2 out of memory. */
 int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err);
+/* Member i of a set, mapped, for the document: at most one member need be mapped at a time
+ * (the one returned last), so the caller may unmap the one before.  NULL when it cannot be
+ * (the caller keeps its own error; awq2_describe_set then returns -3). */
+typedef const awq2_file *(*awq2_member_fn)(void *ctx, size_t i);
 /* The document of a file set (ADP-5): `set` (a JSON object's text) added, every tensor and
  * layer of the `count` members in order, each with "rank": ranks[i] when ranks is not NULL,
- * the first member's format_version and metadata.  On -1, *failed is the member at fault. */
-int awq2_describe_set(const awq2_file *members, const uint64_t *ranks, size_t count,
+ * the first member's format_version and metadata; members are taken one at a time from
+ * `member`.  On -1, *failed is the member at fault; -3: `member` returned NULL. */
+int awq2_describe_set(awq2_member_fn member, void *ctx, const uint64_t *ranks, size_t count,
                       const char *set, char **doc, size_t *len, size_t *failed,
                       awq2_error *err);
 
@@ -194,6 +199,12 @@ typedef struct {
  * whatever it returned. */
 int awq2_parse_manifest(const uint8_t *text, size_t len, awq2_manifest *m, awq2_error *err);
 void awq2_manifest_free(awq2_manifest *m);
+/* In checked metadata (strict JSON, an object; empty: none), the object member `outer`'s
+ * member `inner` (manifest.c): 1 and *v when it is a non-negative integer as SET-2 defines
+ * one; -1 when there is no `outer`; 0 otherwise (not an object, no `inner`, not such an
+ * integer). */
+int awq2_metadata_uint(const uint8_t *text, size_t len, const char *outer, const char *inner,
+                       awq2_uint *v);
 
 /* A file set's error: `file` names the member (or the manifest) it is in, NULL for the whole
  * set; `at_offset` when error.offset is a byte of that file. */
@@ -206,8 +217,9 @@ typedef struct {
 typedef struct {
     int dirfd;              /* the folder; every member is opened from it by name (SET-4) */
     awq2_manifest manifest;
-    awq2_file *members;     /* manifest order; the first `mapped` are mapped (munmap at close) */
-    size_t mapped;
+    awq2_file *members;     /* manifest order; each one's data is mapped only while in use */
+    size_t mapped;          /* the one member mapped now (at most one: vm.max_map_count), or
+                             * the member count when none is */
     char *extra;            /* the unlisted .awq2 name SET_EXTRA_FILE reports */
 } awq2_set;
 
@@ -215,8 +227,11 @@ typedef struct {
  * (err->error.message: why, err->file: which; no code), -3 out of memory. */
 int awq2_set_open(awq2_set *s, int dirfd, awq2_set_error *err);   /* SET-2 to SET-5 */
 int awq2_set_validate(awq2_set *s, awq2_set_error *err);          /* SET-8, SET-6, SET-7 */
-int awq2_set_verify(const awq2_set *s, awq2_set_error *err);      /* SET-8: ENT-10, SHA-256 */
-int awq2_set_describe(const awq2_set *s, char **doc, size_t *len, awq2_set_error *err);
+int awq2_set_verify(awq2_set *s, awq2_set_error *err);            /* SET-8: ENT-10, SHA-256 */
+int awq2_set_describe(awq2_set *s, char **doc, size_t *len, awq2_set_error *err);
+/* rankrecord.c: member i's record of its rank against the manifest (SET-15), member i mapped
+ * and fully validated: 0, or -1 with SET_WRONG_RANK naming it. */
+int awq2_set_rank_record(const awq2_set *s, size_t i, awq2_set_error *err);
 void awq2_set_close(awq2_set *s); /* does not close dirfd */
 /* What a file of this st_mode is, when it is not a regular file ("not a regular file (a
  * folder)"); main.c says the same of its own argument. */

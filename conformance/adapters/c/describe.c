@@ -190,13 +190,17 @@ static int put_layers(const awq2_file *f, const uint64_t *rank, buf *b, int *fir
     return 0;
 }
 
-/* The document of `count` members (one for a file): the first one's version and metadata. */
-static int describe(const awq2_file *m, const uint64_t *ranks, size_t count, const char *set,
-                    buf *b, size_t *failed, awq2_error *err)
+/* The document of `count` members (one for a file), each taken from `member` when its turn
+ * comes: the first one's version and metadata.  -1 a member's error, -3 `member` failed. */
+static int describe(awq2_member_fn member, void *ctx, const uint64_t *ranks, size_t count,
+                    const char *set, buf *b, size_t *failed, awq2_error *err)
 {
     int first = 1;
+    const awq2_file *f = member(ctx, *failed = 0);
+    if (!f)
+        return -3;
     puts_(b, "{\"format_version\":\"2.");
-    putf(b, "%llu", m[0].version_minor);
+    putf(b, "%llu", f->version_minor);
     puts_(b, "\"");
     if (set) {
         puts_(b, ",\"set\":");
@@ -204,32 +208,37 @@ static int describe(const awq2_file *m, const uint64_t *ranks, size_t count, con
     }
     puts_(b, ",\"tensors\":[");
     for (*failed = 0; *failed < count; ++*failed)
-        if (put_tensors(&m[*failed], ranks ? &ranks[*failed] : NULL, b, &first, err))
-            return -1;
+        if (!(f = member(ctx, *failed)) ||
+            put_tensors(f, ranks ? &ranks[*failed] : NULL, b, &first, err))
+            return f ? -1 : -3;
     puts_(b, "],\"layers\":[");
     first = 1;
     for (*failed = 0; *failed < count; ++*failed)
-        if (put_layers(&m[*failed], ranks ? &ranks[*failed] : NULL, b, &first, err))
-            return -1;
+        if (!(f = member(ctx, *failed)) ||
+            put_layers(f, ranks ? &ranks[*failed] : NULL, b, &first, err))
+            return f ? -1 : -3;
     puts_(b, "],\"metadata\":");
-    if (m[0].metadata_length) /* checked strict JSON (META-1, META-2): passed through as is */
-        put(b, (const char *)m[0].data + m[0].metadata_at, (size_t)m[0].metadata_length);
+    if (!(f = member(ctx, *failed = 0)))
+        return -3;
+    if (f->metadata_length) /* checked strict JSON (META-1, META-2): passed through as is */
+        put(b, (const char *)f->data + f->metadata_at, (size_t)f->metadata_length);
     else
         puts_(b, "{}");
     puts_(b, "}\n");
     return 0;
 }
 
-int awq2_describe_set(const awq2_file *members, const uint64_t *ranks, size_t count,
+int awq2_describe_set(awq2_member_fn member, void *ctx, const uint64_t *ranks, size_t count,
                       const char *set, char **doc, size_t *len, size_t *failed,
                       awq2_error *err)
 {
     buf out = {NULL, 0, 0, 0};
     *doc = NULL;
     *len = 0;
-    if (describe(members, ranks, count, set, &out, failed, err)) {
+    int rc = describe(member, ctx, ranks, count, set, &out, failed, err);
+    if (rc) {
         free(out.p);
-        return -1;
+        return rc;
     }
     if (out.failed) {
         free(out.p);
@@ -240,8 +249,16 @@ int awq2_describe_set(const awq2_file *members, const uint64_t *ranks, size_t co
     return 0;
 }
 
+/* The one file of awq2_describe, as a member source. */
+static const awq2_file *the_file(void *ctx, size_t i)
+{
+    (void)i;
+    return ctx;
+}
+
 int awq2_describe(const awq2_file *f, char **doc, size_t *len, awq2_error *err)
 {
     size_t failed;
-    return awq2_describe_set(f, NULL, 1, NULL, doc, len, &failed, err);
+    return awq2_describe_set(the_file, (void *)(uintptr_t)f, NULL, 1, NULL, doc, len, &failed,
+                             err);
 }

@@ -93,9 +93,10 @@ static int key_cmp(const void *a, const void *b)
     return (x->len > y->len) - (x->len < y->len);
 }
 
+/* The offset is the text's first byte (RD-7), the byte at fault is in the message. */
 static int bad(parser *p, const char *what)
 {
-    return awq2_fail(p->err, "BAD_METADATA", p->base + p->pos,
+    return awq2_fail(p->err, "BAD_METADATA", p->base,
                      "%s is not a strict JSON object: %s at %s byte %zu", p->what, what, p->what,
                      p->pos);
 }
@@ -455,9 +456,9 @@ int awq2_check_json(const uint8_t *text, size_t len, uint64_t base, const char *
             in_string = 1;
         } else if (c == '[' || c == '{') {
             if (++depth > AWQ2_MAX_METADATA_DEPTH)
-                return awq2_fail(err, "LIMIT_METADATA", base + i,
-                                 "%s nests deeper than max_metadata_depth (%u)", what,
-                                 AWQ2_MAX_METADATA_DEPTH);
+                return awq2_fail(err, "LIMIT_METADATA", base, /* its first byte (RD-7) */
+                                 "%s nests deeper than max_metadata_depth (%u) at its byte %zu",
+                                 what, AWQ2_MAX_METADATA_DEPTH, (size_t)i);
         } else if (c == ']' || c == '}') {
             depth--;
         }

@@ -462,3 +462,21 @@ void awq2_manifest_free(awq2_manifest *m)
     free(m->files);
     memset(m, 0, sizeof *m);
 }
+
+/* ------------------------------------------------------------------ SET-15: a member's record */
+
+int awq2_metadata_uint(const uint8_t *s, size_t len, const char *outer, const char *inner,
+                       awq2_uint *v)
+{
+    text t = {s, len, 0, NULL};
+    size_t at, digits, ndigits;
+    int negative;
+    if (len == 0) /* no metadata: no member */
+        return -1;
+    t.root = skip_ws(&t, 0);
+    if (!member(&t, t.root, outer, &at))
+        return -1;
+    if (t.s[at] != '{' || !member(&t, at, inner, &at))
+        return 0;
+    return integer(&t, at, v, &negative, &digits, &ndigits) && !negative;
+}

@@ -11,6 +11,13 @@
  *
  * A member is opened from the folder's descriptor by its plain name (openat), the one path
  * SET-4 allows; the name holds no '/', so nothing outside the folder is named.
+ *
+ * At most one member is mapped at a time, and no member's descriptor stays open: each step
+ * maps a member when it comes to it (opening it again, with SET-5's checks again, so a file
+ * replaced since is refused) and unmaps it before the next.  A set of 65536 members (SET-2)
+ * stays under vm.max_map_count (65530 by default) and any descriptor limit.  SET-6 and SET-7
+ * sort every name of the set once (names copied out of each member's map), so full
+ * validation costs n log n in the names, never names times members.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "awq2.h"
@@ -146,11 +153,28 @@ static void show_uint(char out[24], awq2_uint v)
         snprintf(out, 24, "%llu", (unsigned long long)v.value);
 }
 
-/* SET-5 for member i: it exists as a regular file, its length is `size`, it passes the
- * opening checks of RD-1 (its own codes), its header_crc is the manifest's.  It is mapped;
- * only its header and trailer are read. */
-static int open_member(awq2_set *s, size_t i, awq2_set_error *e)
+/* Unmap the member mapped now, if any. */
+static void unmap_member(awq2_set *s)
 {
+    if (s->members && s->mapped < s->manifest.count) {
+        awq2_file *f = &s->members[s->mapped];
+        if (f->data && f->size > 0)
+            munmap((void *)(uintptr_t)f->data, (size_t)f->size);
+        f->data = NULL;
+    }
+    s->mapped = s->manifest.count;
+}
+
+/* SET-5 for member i: it exists as a regular file, its length is `size`, it passes the
+ * opening checks of RD-1 (its own codes), its header_crc is the manifest's.  It is mapped
+ * (the member mapped before it unmapped) and its descriptor closed; only its header and
+ * trailer are read.  Every step that reads a member maps it here, so each check runs again
+ * on a member opened again. */
+static int map_member(awq2_set *s, size_t i, awq2_set_error *e)
+{
+    if (s->mapped == i)
+        return 0;
+    unmap_member(s);
     const awq2_set_file *m = &s->manifest.files[i];
     struct stat st;
     int fd = openat(s->dirfd, m->name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -186,7 +210,7 @@ static int open_member(awq2_set *s, size_t i, awq2_set_error *e)
     const uint8_t *data = EMPTY;
     if (size > 0) {
         void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) { /* ENOMEM too when the members outnumber vm.max_map_count */
+        if (map == MAP_FAILED) {
             char why[96];
             snprintf(why, sizeof why, "cannot map it (member %zu of %zu): %s", i + 1,
                      s->manifest.count, strerror(errno));
@@ -198,17 +222,21 @@ static int open_member(awq2_set *s, size_t i, awq2_set_error *e)
     }
     close(fd);
     awq2_file *f = &s->members[i];
-    s->mapped = i + 1;
+    s->mapped = i;
     int rc = awq2_open(f, data, size, &e->error); /* RD-1 */
-    f->data = data; /* what awq2_set_close unmaps, whatever awq2_open found */
+    f->data = data; /* what unmap_member unmaps, whatever awq2_open found */
     f->size = size;
     if (rc)
         return member_fail(e, m->name);
     char crc[9];
     snprintf(crc, sizeof crc, "%08x", f->header_crc);
-    if (strcmp(crc, m->header_crc) != 0)
-        return set_fail(e, "SET_FILE_MISMATCH", m->name,
-                        "its header_crc is %s; the manifest says %s (SET-5)", crc, m->header_crc);
+    if (strcmp(crc, m->header_crc) != 0) {
+        set_fail(e, "SET_FILE_MISMATCH", m->name,
+                 "its header_crc is %s; the manifest says %s (SET-5)", crc, m->header_crc);
+        e->error.offset = 124; /* the header's header_crc field (RD-7) */
+        e->at_offset = 1;
+        return -1;
+    }
     return 0;
 }
 
@@ -257,15 +285,17 @@ int awq2_set_open(awq2_set *s, int dirfd, awq2_set_error *e)
     rc = awq2_parse_manifest(text, len, &s->manifest, &e->error); /* SET-2, SET-3, SET-4 */
     free(text);
     if (rc == -1)
-        return member_fail(e, AWQ2_SET_MANIFEST); /* its offset is a byte of the manifest */
+        return e->file = AWQ2_SET_MANIFEST, e->at_offset = 0, -1; /* no offset (RD-7) */
     if (rc)
         return -3;
     s->members = calloc(s->manifest.count, sizeof *s->members);
+    s->mapped = s->manifest.count;
     if (!s->members)
         return -3;
     for (size_t i = 0; i < s->manifest.count; i++)
-        if ((rc = open_member(s, i, e)) != 0)
+        if ((rc = map_member(s, i, e)) != 0)
             return rc;
+    unmap_member(s);
     return ranks_complete(s, e);
 }
 
@@ -332,14 +362,36 @@ static int no_extra_file(awq2_set *s, awq2_set_error *e)
     return rc;
 }
 
-/* One tensor of the set, for SET-6 and SET-7. */
+/* One tensor of the set, for SET-6 and SET-7: its name (in a copy of its member's names
+ * section, the member being unmapped by then) and the fields SET-7 compares. */
 typedef struct {
     const uint8_t *name;
     uint16_t name_length;
     uint32_t member; /* manifest order */
     uint64_t rank;   /* 0 in a split set */
     uint64_t index;  /* in the member's index */
+    uint8_t dtype, layout, ndim, bits;
+    int32_t group_size;
+    uint32_t k, n;
+    uint64_t dims[AWQ2_MAX_DIMS];
 } tensor;
+
+/* Every tensor of a validated set, gathered member by member while each is mapped. */
+typedef struct {
+    tensor *v;
+    size_t count;
+    uint8_t **names; /* each member's names section, copied; freed by drop_tensors */
+    size_t members;
+} tensors;
+
+static void drop_tensors(tensors *t)
+{
+    for (size_t i = 0; i < t->members; i++)
+        free(t->names[i]);
+    free(t->names);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
 
 /* By name, then rank, then manifest order: a name's members of one rank are adjacent. */
 static int by_name_rank_member(const void *a, const void *b)
@@ -362,36 +414,52 @@ static int same_name(const tensor *x, const tensor *y)
            (!x->name_length || memcmp(x->name, y->name, x->name_length) == 0);
 }
 
-/* Every tensor of every member, sorted. */
-static int collect(const awq2_set *s, tensor **out, size_t *count, awq2_set_error *e)
+/* Room for every tensor of every member (their counts are known from the opening). */
+static int make_tensors(const awq2_set *s, tensors *t)
 {
     uint64_t total = 0;
+    memset(t, 0, sizeof *t);
     for (size_t i = 0; i < s->manifest.count; i++)
         total += s->members[i].tensor_count; /* at most 2**16 * 2**24 */
     if (total > SIZE_MAX / sizeof(tensor))
         return -3;
-    tensor *v = malloc(total ? (size_t)total * sizeof *v : 1);
-    if (!v)
+    t->v = malloc(total ? (size_t)total * sizeof *t->v : 1);
+    t->names = calloc(s->manifest.count, sizeof *t->names);
+    t->members = s->manifest.count;
+    return t->v && t->names ? 0 : -3;
+}
+
+/* Member i's tensors, while it is mapped (and validated): names copied with its whole names
+ * section, so that they outlive the map. */
+static int gather(const awq2_set *s, size_t i, tensors *t, awq2_set_error *e)
+{
+    const awq2_file *f = &s->members[i];
+    const uint8_t *section = f->data + f->names_at;
+    uint8_t *copy = malloc(f->names_length ? (size_t)f->names_length : 1);
+    if (!copy)
         return -3;
-    size_t k = 0;
-    for (size_t i = 0; i < s->manifest.count; i++) {
-        const awq2_file *f = &s->members[i];
-        for (uint64_t j = 0; j < f->tensor_count; j++, k++) {
-            awq2_entry x;
-            if (awq2_read_entry(f, j, &x, &e->error)) { /* validated: cannot fail */
-                free(v);
-                return member_fail(e, s->manifest.files[i].name);
-            }
-            v[k].name = x.name;
-            v[k].name_length = x.name_length;
-            v[k].member = (uint32_t)i;
-            v[k].rank = s->manifest.rank_set ? s->manifest.files[i].rank.value : 0;
-            v[k].index = j;
-        }
+    if (f->names_length)
+        memcpy(copy, section, (size_t)f->names_length);
+    t->names[i] = copy;
+    for (uint64_t j = 0; j < f->tensor_count; j++) {
+        awq2_entry x;
+        if (awq2_read_entry(f, j, &x, &e->error)) /* validated: cannot fail */
+            return member_fail(e, s->manifest.files[i].name);
+        tensor *y = &t->v[t->count++];
+        y->name = copy + (x.name - section); /* inside the names section (RD-2) */
+        y->name_length = x.name_length;
+        y->member = (uint32_t)i;
+        y->rank = s->manifest.rank_set ? s->manifest.files[i].rank.value : 0;
+        y->index = j;
+        y->dtype = x.dtype;
+        y->layout = x.layout;
+        y->ndim = x.ndim;
+        y->bits = x.bits;
+        y->group_size = x.group_size;
+        y->k = x.k;
+        y->n = x.n;
+        memcpy(y->dims, x.dims, sizeof y->dims);
     }
-    qsort(v, k, sizeof *v, by_name_rank_member);
-    *out = v;
-    *count = k;
     return 0;
 }
 
@@ -431,24 +499,21 @@ static int same_in_every_rank(const awq2_set *s, const tensor *v, size_t n, awq2
             return set_fail(e, "SET_RANK_MISMATCH", m->files[v[0].member].name,
                             "tensor %.*s is in rank %llu, not in rank %llu (SET-7)", len, name,
                             (unsigned long long)v[0].rank, (unsigned long long)r);
-    awq2_entry a, b;
-    if (awq2_read_entry(&s->members[v[0].member], v[0].index, &a, &e->error))
-        return member_fail(e, m->files[v[0].member].name);
+    const tensor *a = &v[0];
     for (size_t r = 1; r < n; r++) {
-        if (awq2_read_entry(&s->members[v[r].member], v[r].index, &b, &e->error))
-            return member_fail(e, m->files[v[r].member].name);
-        const char *field = a.dtype != b.dtype       ? "dtype"
-                            : a.layout != b.layout   ? "layout"
-                            : a.ndim != b.ndim ||
-                                  memcmp(a.dims, b.dims, a.ndim * sizeof a.dims[0])
+        const tensor *b = &v[r];
+        const char *field = a->dtype != b->dtype       ? "dtype"
+                            : a->layout != b->layout   ? "layout"
+                            : a->ndim != b->ndim ||
+                                  memcmp(a->dims, b->dims, a->ndim * sizeof a->dims[0])
                                 ? "shape"
-                            : a.bits != b.bits       ? "bits"
-                            : a.group_size != b.group_size ? "group_size"
-                            : a.k != b.k             ? "k"
-                            : a.n != b.n             ? "n"
-                                                     : NULL;
+                            : a->bits != b->bits       ? "bits"
+                            : a->group_size != b->group_size ? "group_size"
+                            : a->k != b->k             ? "k"
+                            : a->n != b->n             ? "n"
+                                                       : NULL;
         if (field)
-            return set_fail(e, "SET_RANK_MISMATCH", m->files[v[r].member].name,
+            return set_fail(e, "SET_RANK_MISMATCH", m->files[b->member].name,
                             "tensor %.*s: its %s in rank %llu differs from rank 0's (SET-7)",
                             len, name, field, (unsigned long long)r);
     }
@@ -470,47 +535,73 @@ static int ranks_agree(const awq2_set *s, const tensor *v, size_t n, awq2_set_er
 
 int awq2_set_validate(awq2_set *s, awq2_set_error *e)
 {
-    for (size_t i = 0; i < s->manifest.count; i++) /* RD-2, in manifest order */
+    tensors t;
+    int rc = make_tensors(s, &t);
+    for (size_t i = 0; !rc && i < s->manifest.count; i++) { /* RD-2, in manifest order */
+        if ((rc = map_member(s, i, e)) != 0)
+            break;
         if (awq2_validate(&s->members[i], &e->error))
-            return member_fail(e, s->manifest.files[i].name);
-    int rc = no_extra_file(s, e);
-    if (rc)
-        return rc;
-    tensor *v;
-    size_t n;
-    if ((rc = collect(s, &v, &n, e)) != 0)
-        return rc;
-    rc = names_once(s, v, n, e); /* SET-6 */
+            rc = member_fail(e, s->manifest.files[i].name);
+        else if ((rc = awq2_set_rank_record(s, i, e)) == 0) /* its own rank (SET-15) */
+            rc = gather(s, i, &t, e);
+    }
+    unmap_member(s);
+    if (!rc)
+        rc = no_extra_file(s, e);
+    if (!rc) {
+        qsort(t.v, t.count, sizeof *t.v, by_name_rank_member);
+        rc = names_once(s, t.v, t.count, e); /* SET-6 */
+    }
     if (!rc && s->manifest.rank_set)
-        rc = ranks_agree(s, v, n, e); /* SET-7 */
-    free(v);
+        rc = ranks_agree(s, t.v, t.count, e); /* SET-7 */
+    drop_tensors(&t);
     return rc;
 }
 
 /* ------------------------------------------------------------------ verify (SET-8) */
 
-int awq2_set_verify(const awq2_set *s, awq2_set_error *e)
+int awq2_set_verify(awq2_set *s, awq2_set_error *e)
 {
-    for (size_t i = 0; i < s->manifest.count; i++) {
+    int rc = 0;
+    for (size_t i = 0; !rc && i < s->manifest.count; i++) {
+        if ((rc = map_member(s, i, e)) != 0)
+            break;
         const awq2_file *f = &s->members[i];
         const awq2_set_file *m = &s->manifest.files[i];
-        if (awq2_verify(f, &e->error)) /* ENT-10 */
-            return member_fail(e, m->name);
+        if (awq2_verify(f, &e->error)) { /* ENT-10 */
+            rc = member_fail(e, m->name);
+            break;
+        }
         awq2_sha256 h;
         char hex[65];
         awq2_sha256_init(&h);
         awq2_sha256_update(&h, f->data, (size_t)f->size);
         awq2_sha256_hex(&h, hex);
         if (strcmp(hex, m->sha256) != 0)
-            return set_fail(e, "SET_BAD_SHA256", m->name,
-                            "its SHA-256 is %s; the manifest says %s (SET-8)", hex, m->sha256);
+            rc = set_fail(e, "SET_BAD_SHA256", m->name,
+                          "its SHA-256 is %s; the manifest says %s (SET-8)", hex, m->sha256);
     }
-    return 0;
+    unmap_member(s);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ the document (ADP-5) */
 
-int awq2_set_describe(const awq2_set *s, char **doc, size_t *len, awq2_set_error *e)
+/* The document's member source: member i mapped (the one before unmapped). */
+typedef struct {
+    awq2_set *s;
+    awq2_set_error *e;
+    int rc;
+} member_source;
+
+static const awq2_file *mapped_member(void *ctx, size_t i)
+{
+    member_source *src = ctx;
+    src->rc = map_member(src->s, i, src->e);
+    return src->rc ? NULL : &src->s->members[i];
+}
+
+int awq2_set_describe(awq2_set *s, char **doc, size_t *len, awq2_set_error *e)
 {
     const awq2_manifest *m = &s->manifest;
     char set[64];
@@ -527,18 +618,21 @@ int awq2_set_describe(const awq2_set *s, char **doc, size_t *len, awq2_set_error
     } else {
         snprintf(set, sizeof set, "{\"kind\":\"split\"}");
     }
-    int rc = awq2_describe_set(s->members, ranks, m->count, set, doc, len, &failed, &e->error);
+    member_source src = {s, e, 0};
+    int rc = awq2_describe_set(mapped_member, &src, ranks, m->count, set, doc, len, &failed,
+                               &e->error);
     free(ranks);
+    unmap_member(s);
     if (rc == -1)
         return member_fail(e, m->files[failed].name);
+    if (rc == -3)
+        return src.rc;
     return rc ? -3 : 0;
 }
 
 void awq2_set_close(awq2_set *s)
 {
-    for (size_t i = 0; i < s->mapped; i++)
-        if (s->members[i].size > 0)
-            munmap((void *)(uintptr_t)s->members[i].data, (size_t)s->members[i].size);
+    unmap_member(s);
     free(s->members);
     free(s->extra);
     awq2_manifest_free(&s->manifest);

@@ -18,6 +18,7 @@ member's header and trailer; no payload is read until a tensor is asked for.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,9 @@ def open_weights(weights: Weights, tp_rank: int, tp_size: int, *, validate: bool
     return FileSet(weights.path, validate=validate, rank=rank)
 
 
-def opened_files(reader: Any) -> list[Reader]:
-    """The member readers ``reader`` holds open (itself, for one file)."""
+def opened_files(reader: Any) -> Sequence[Reader]:
+    """The member readers ``reader`` opened (itself, for one file): a set's members, each
+    opened when it is taken (:class:`reference.sets.fileset.Members`)."""
     if isinstance(reader, FileSet):
         return reader.members
     return [reader]
