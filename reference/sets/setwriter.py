@@ -9,9 +9,11 @@ A split set's members are filled in order, each at most ``max_size`` bytes.
 publishes one on its own.  A step (one quantised layer, or one tensor) is never split: before
 adding one, the writer asks the open member how long it would be with the step added
 (:meth:`Writer.size_with`, exact: the slab, the index and the trailer) and starts the next
-member if that is over the limit and the member already holds something [SET-10].  Every
-member stays open until :meth:`SetWriter.close`, so that metadata finished late (the
-converter's source hashes) reaches all of them.  Then each member is closed, renamed to
+member if that is over the limit and the member already holds something [SET-10].  No
+member is finished before :meth:`SetWriter.close`, so that metadata finished late (the
+converter's source hashes) reaches all of them; a full member is parked meanwhile
+(:meth:`Writer.park`: its payloads flushed, its file closed), so a set of any number of
+members needs one descriptor, not one per member.  Then each member is finished, renamed to
 ``model-0000i-of-0000n.awq2``, and hashed, and the manifest is written last [SET-2].  A set of
 one member is written as ``model.awq2`` alone, without a manifest (as Hugging Face writes an
 unsharded ``model.safetensors``).
@@ -144,6 +146,8 @@ class SetWriter(_Members):
         self.add_step([StoredTensor(name, array, fields)])
 
     def _new_member(self) -> None:
+        if self._writers:  # the full member keeps no descriptor until close [SET-10]
+            self._writers[-1].park()
         path = self.out / f"part-{len(self._writers) + 1:05d}.awq2"
         self._writers.append(Writer(path, metadata=self._metadata, check=self._check,
                                     writeback=self._writeback))  # fmt: skip

@@ -14,6 +14,7 @@ State machine: a writer is ``open`` until :meth:`Writer.close` (``closed``) or
 from __future__ import annotations
 
 import enum
+import fcntl
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -79,6 +80,7 @@ class WriterStateError(RuntimeError):
 
 class _State(enum.Enum):
     OPEN = "open"
+    PARKED = "parked"  # every payload written; the file closed until close() finishes it
     CLOSED = "closed"
     ABORTED = "aborted"
 
@@ -303,15 +305,45 @@ class Writer:
         finished while the payloads are written (the converter's source hashes).  It is
         written in the index, at :meth:`close` [IDX-2], so it may change until then; after
         close or abort it raises :class:`WriterStateError`."""
-        self._require_open()
+        self._require_open(parked=True)
         self._metadata = encode_metadata(metadata)
 
     # ------------------------------------------------------------------ finishing
 
-    def close(self) -> Path:
-        """Write index, trailer and header, flush to storage, rename into place."""
+    def park(self) -> None:
+        """No more tensors: flush the payloads and close the file, so that a writer of many
+        files (a set's members, whose metadata is finished last) holds no descriptor for
+        it; :meth:`close` opens it again to write the index [SET-10].  The partial stays
+        where it is: its writer, this process, is alive, so no clean-up takes it [WR-3]."""
         self._require_open()
         try:
+            self._file.flush()
+            if self._writeback is not None:
+                self._writeback.close()
+                self._writeback = None
+            self._file.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._state = _State.PARKED
+
+    def _resume(self) -> None:
+        """Open a parked partial again, locked as when it was created [WR-3]."""
+        file = open(self._tmp, "r+b")  # closed by _finish or abort
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            file.close()
+            raise
+        self._file = file
+        self._state = _State.OPEN
+
+    def close(self) -> Path:
+        """Write index, trailer and header, flush to storage, rename into place."""
+        self._require_open(parked=True)
+        try:
+            if self._state is _State.PARKED:
+                self._resume()
             self._finish()
         except BaseException:
             self.abort()
@@ -344,7 +376,7 @@ class Writer:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._state is not _State.OPEN:
+        if self._state not in (_State.OPEN, _State.PARKED):
             return
         if exc_type is None:
             self.close()
@@ -352,12 +384,13 @@ class Writer:
             self.abort()
 
     def __del__(self) -> None:
-        if getattr(self, "_state", None) is _State.OPEN:
+        if getattr(self, "_state", None) in (_State.OPEN, _State.PARKED):
             self.abort()
 
-    def _require_open(self) -> None:
-        if self._state is not _State.OPEN:
-            raise WriterStateError(f"writer is {self._state.value}")
+    def _require_open(self, *, parked: bool = False) -> None:
+        if self._state is _State.OPEN or (parked and self._state is _State.PARKED):
+            return
+        raise WriterStateError(f"writer is {self._state.value}")
 
     def _finish(self) -> None:
         try:
