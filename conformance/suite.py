@@ -140,6 +140,13 @@ def _check_structure(doc: Any, path: Path) -> None:
     ids = [v.get("id") for v in doc["vectors"]]
     if not all(isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
         raise SuiteError(f"{path}: vector ids expected unique strings")
+    given: dict[str, str] = {}  # each vector its own file or folder: a loader runs once a path
+    for v in doc["vectors"]:
+        where = str(v.get("folder") or v.get("file"))
+        if where in given:
+            raise SuiteError(f"{path}: vectors {given[where]!r} and {v['id']!r} are both "
+                             f"{where!r}; expected each vector's own file or folder")  # fmt: skip
+        given[where] = v["id"]
     for v in doc["vectors"]:
         if not _verdict_ok(v):
             raise SuiteError(

@@ -106,11 +106,16 @@ def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 # ------------------------------------------------------------------------------ finding 1
 
 
-def test_one_file_under_many_ids_is_hashed_once(
-    tmp_path: Path, tmpdir_: Path, monkeypatch: pytest.MonkeyPatch
+def test_one_file_under_many_ids_is_refused_before_anything_is_hashed(
+    tmp_path: Path,
+    tmpdir_: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """1 MiB listed under 10,000 ids: 1 MiB is hashed, not 10 GiB.  The count stops the run
-    at 8 MiB, so that the test fails in a second when each listing is hashed again."""
+    """1 MiB listed under 10,000 ids: before, each listing was hashed again (days for 64 MiB
+    under 100,000 ids), then the loader would have run 10,000 times on it.  A vector is now
+    its own file or folder: such a manifest is a suite error (exit 2) naming two of the ids,
+    and nothing is hashed.  The count stops a run that hashes more than 8 MiB."""
     data = bytes(1 << 20)
     one = _reject("n_same", "vectors/same.awq2", data)
     vectors = [{**one, "id": f"n_same_{i}"} for i in range(10_000)]
@@ -129,29 +134,26 @@ def test_one_file_under_many_ids_is_hashed_once(
         return digest
 
     monkeypatch.setattr(suite_module, "sha256_of", counted)
-    assert run.main(["--quiet", "--suite", str(path), "--only", "^none$"]) == 0
-    assert hashed == [len(data)]
-    assert _left(tmpdir_) == []
+    err = _refused(["--quiet", "--suite", str(path)], capsys)
+    assert "vectors 'n_same_0' and 'n_same_1' are both 'vectors/same.awq2'" in err
+    assert hashed == [] and _left(tmpdir_) == []
 
 
-def test_each_listing_of_a_shared_file_is_still_checked(
+def test_a_file_listed_twice_is_hashed_once_and_each_listing_checked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Hashing once does not check once: a second listing of the same file with another
-    sha256 or size is named."""
+    """A vector's file also listed under ``files`` (the one way a path may be listed twice):
+    it is hashed once, and a listing with another sha256 is still named."""
     data = b"AWQ2 not really"
-    wrong_hash = {**_reject("n_b", "vectors/x.awq2", data), "sha256": "0" * 64}
-    wrong_size = {**_reject("n_c", "vectors/x.awq2", data), "size": 3}
     suite = tmp_path / "suite"
     (suite / "vectors").mkdir(parents=True)
     (suite / "vectors" / "x.awq2").write_bytes(data)
-    vectors = [_reject("n_a", "vectors/x.awq2", data), wrong_hash, wrong_size]
-    (suite / "manifest.json").write_bytes(_manifest(vectors))
+    doc = json.loads(_manifest([_reject("n_a", "vectors/x.awq2", data)]))
+    doc["files"] = [{"path": "vectors/x.awq2", "size": len(data), "sha256": "0" * 64}]
+    (suite / "manifest.json").write_text(json.dumps(doc))
     err = _refused(["--suite", str(suite)], capsys)
-    assert "(2 files)" in err
     found = hashlib.sha256(data).hexdigest()
     assert f"vectors/x.awq2: sha256 expected {'0' * 64}, found {found}" in err
-    assert f"vectors/x.awq2: size expected 3 bytes, found {len(data)}" in err
 
 
 # ------------------------------------------------------------------------------ finding 3
