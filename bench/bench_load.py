@@ -35,6 +35,11 @@ every repeat), loading every tensor of the model into memory:
     only where torch imports, else one line says so.  The default ``mmap`` backends of both
     return tensors in a private (copy-on-write) map of the file, paged in on first touch, so
     (t) and (ts) have not read the bytes that (tp) and (tsp) have.
+(l) ``reference.numpy.load_file(backend="pread")`` of the AWQ-v2 file, beside (ls) the same of a
+    split set of the same model (``convert --max-shard-size``, about four members) and (lr) of
+    rank 0 of a rank set (``convert --tp 2``: rank 0's members only, ``rank=0``); with torch,
+    (tl), (tls) and (tlr) the same three through ``reference.torch.load_file``.  A set costs a
+    member's opening checks per file; a rank reads its share of the bytes.
 
 It prints best and median of ``--repeats``, GB/s (of the file each case reads, 1 GB = 1e9 B) and
 the ratios (a)/(b), (b)/(floor) (target <= 1.1), (b)/(d) (target <= 1.0), (t)/(ts) and
@@ -73,6 +78,11 @@ from safetensors.numpy import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+try:  # reference.numpy: load_file of a file, a split set or one rank of a rank set
+    import reference.numpy as awq_numpy
+except ImportError:  # pragma: no cover - an older checkout
+    awq_numpy = None
+
 try:  # the optional extra torch: (t) and (ts) only where it imports
     import safetensors.torch as safetensors_torch
 
@@ -82,7 +92,7 @@ except ImportError as exc:
     TORCH_MISSING = str(exc)
 
 import reference
-from reference.convert import convert, default_jobs
+from reference.convert import convert, convert_folder, default_jobs
 from reference.examples import LlamaShape, write_checkpoint
 from reference.format.layers import PARTS
 from reference.sources.v1 import read_safetensors_header
@@ -443,6 +453,57 @@ def torch_cases(v2: Path, workdir: Path) -> list[Case]:
     ]  # fmt: skip
 
 
+def set_cases(v1_dir: Path, v2: Path, workdir: Path) -> list[Case]:
+    """(l), (ls) and (lr): load_file of the single file, of a split set of the same model and
+    of rank 0 of a rank set for 2 ranks (both converted here, not timed); with torch, (tl),
+    (tls) and (tlr) the same through reference.torch."""
+    if awq_numpy is None:
+        return []
+    split, ranks = workdir / "split", workdir / "tp2"
+    shard = v2.stat().st_size // 4 + 1
+    convert_folder(v1_dir, split, verify=False, max_shard_size=shard)
+    convert_folder(v1_dir, ranks, verify=False, tp_size=2)
+    members = {
+        "file": [v2],
+        "split": sorted(split.glob("*.awq2")),
+        "rank": sorted(ranks.glob("*rank0.awq2")),
+    }
+    size = {k: sum(p.stat().st_size for p in v) for k, v in members.items()}
+    every_rank = sum(p.stat().st_size for p in ranks.glob("*.awq2"))
+    print(f"split set: {len(members['split'])} members, {size['split']:,} B; rank set: "
+          f"rank 0 {size['rank']:,} B of {every_rank:,} B")  # fmt: skip
+    where = {"file": (v2, None), "split": (split, None), "rank": (ranks, 0)}
+    cases = []
+    for prefix, module, kw in (("(l", awq_numpy, {"backend": "pread"}), ("(tl", awq_torch, {})):
+        if module is None:
+            continue
+        for suffix, kind, what in (("", "file", "the single file"), ("s", "split", "a split set"),
+                                   ("r", "rank", "rank 0 of a rank set (T=2)")):  # fmt: skip
+            path, rank = where[kind]
+            label = f"{module.__name__}.load_file {what}"
+
+            def load(m: Any = module, p: Path = path, r: int | None = rank, k: Any = kw) -> object:
+                return m.load_file(p, rank=r, **k)
+
+            cases.append(Case(f"{prefix}{suffix})", label, load, members[kind], size[kind]))
+    return cases
+
+
+def print_set_ratios(by_key: dict[str, Case], phase: str) -> None:
+    """load_file of a split set and of one rank against the single file, side by side."""
+    for prefix in ("(l", "(tl"):
+        one = by_key.get(f"{prefix})")
+        if one is None or not getattr(one, phase):
+            continue
+        base = min(getattr(one, phase))
+        for suffix, note in (("s", "split set / single file, the same tensors"),
+                             ("r", "rank 0 of T=2 / single file")):  # fmt: skip
+            case = by_key[f"{prefix}{suffix})"]
+            times = getattr(case, phase)
+            share = f", {case.nbytes / one.nbytes:.0%} of its bytes" if suffix == "r" else ""
+            print(ratio_line(f"{prefix}{suffix})/{prefix})", min(times), base, note + share))
+
+
 def print_torch_ratio(by_key: dict[str, Case], phase: str) -> None:
     """The (t)/(ts) line, or why it was not measured."""
     if awq_torch is None:
@@ -603,6 +664,7 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     buf.fill(0)  # touch every page now, outside the timers
     cases = make_cases(v1_dir, v1_file, v2, buf, direct=refused is None)
     cases += torch_cases(v2, workdir)
+    cases += set_cases(v1_dir, v2, workdir)
     for path in {path for case in cases for path in case.files}:
         read_all(path)
     measure(cases, repeats, cold=False)
@@ -620,6 +682,7 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
     for phase in ("warm", "cold"):
         failed = print_ratios(by_key, conversion, phase)
         print_torch_ratio(by_key, phase)
+        print_set_ratios(by_key, phase)
         if profile or {"(b)/(floor)", "(b)/(d)"} & set(failed):
             profile_v2_read(v2, cold=phase == "cold")
 

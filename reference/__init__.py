@@ -31,6 +31,7 @@ from reference.ground.errors import (
     VersionError,
 )
 from reference.opener import open  # noqa: A004  (reference.open, like io.open)
+from reference.safeopen import safe_open
 from reference.sets.fileset import FileSet
 from reference.write.writer import Writer, WriterStateError, save
 
@@ -61,5 +62,6 @@ __all__ = [
     "Writer",
     "WriterStateError",
     "open",
+    "safe_open",
     "save",
 ]

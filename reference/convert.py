@@ -1,11 +1,17 @@
 """``awq2-convert SRC DST`` (also ``python -m reference.convert``): convert an AWQ v1 or
-compressed-tensors checkpoint to AWQ-v2.
+compressed-tensors checkpoint to AWQ-v2, or reshard an AWQ-v2 model.
 
 SRC is an AutoAWQ checkpoint folder (``config.json`` or ``quant_config.json``, and
 ``model.safetensors`` or shards with ``model.safetensors.index.json``), an llm-compressor
 ``pack-quantized`` checkpoint folder (``config.json`` with ``quant_method:
 "compressed-tensors"``) [CT-1], or a single ``.safetensors`` file with its ``config.json``
 beside it.  A checkpoint with no quantised layer is refused (``NOT_QUANTISED``) [CONV-4].
+
+SRC may also be an AWQ-v2 model: a file, a model folder (``model.awq2`` or a set), a split
+set or a rank set (:mod:`reference.sources.awq2`; a rank set's shards joined back by
+:class:`reference.sets.tpsplit.RankJoin`).  Any layout then becomes any other (a single file,
+a split set, a rank set of any T), byte-identical to converting the original checkpoint: the
+stored provenance is carried over, not replaced.
 The conversion:
 
 * streams layer by layer: peak memory is about one layer (its v1 tensors, the
@@ -64,9 +70,21 @@ from reference.ground.parallel import available_cores
 from reference.ground.text import escape
 from reference.opener import open as open_any
 from reference.sets import folder
+from reference.sets.fileset import FileSet, is_set_path
 from reference.sets.setwriter import RankSetWriter, SetWriter, parse_size
-from reference.sets.tpsplit import Cut, SplitPlan, plan_for, read_rules, split_stored
-from reference.sources.legacy import Checkpoint, open_checkpoint
+from reference.sets.tpsplit import (
+    Cut,
+    RankJoin,
+    SplitPlan,
+    plan_for,
+    read_rules,
+    recorded_plan,
+    split_stored,
+)
+from reference.sources.awq2 import Awq2Checkpoint, RankModel, WholeModel
+from reference.sources.checkpoint import read_json
+from reference.sources.legacy import Checkpoint as LegacyCheckpoint
+from reference.sources.legacy import open_checkpoint
 from reference.write.partial import NAME_MAX, stale_partials
 from reference.write.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
@@ -77,6 +95,8 @@ from spec.registry import DTYPE_BY_NAME
 from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+#: What the converter reads: a checkpoint, or an AWQ-v2 model to reshard.
+Checkpoint = LegacyCheckpoint | Awq2Checkpoint
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 _WINDOW_PER_JOB = 2  # steps in flight per repacking thread (see _prepared) [CONV-3]
 
@@ -210,22 +230,24 @@ def _check_name(src: Checkpoint, name: str) -> None:
 def plan_metadata(src: Checkpoint, digests: Sequence[str] | None) -> dict[str, Any]:
     """The source's configuration plus provenance, with ``digests`` (each source file's
     SHA-256, in ``src.files`` order) [META-3]; refused here if a reader would refuse it.
+    An AWQ-v2 source's own provenance is carried over unchanged (resharding).
 
     Without digests (a dry run, or before the hashing has finished) each is a placeholder of
     the same length, so the metadata's size, and with it the file's, is already exact."""
-    hashes = ["0" * 64] * len(src.files) if digests is None else list(digests)
-    files = [
-        {"name": f.name, "size": f.stat().st_size, "sha256": digest}
-        for f, digest in zip(src.files, hashes, strict=True)
-    ]
-    metadata = {
-        **src.metadata,
-        "provenance": {
+    if isinstance(src, Awq2Checkpoint) and src.provenance is not None:
+        provenance = src.provenance
+    else:
+        hashes = ["0" * 64] * len(src.files) if digests is None else list(digests)
+        files = [
+            {"name": f.name, "size": f.stat().st_size, "sha256": digest}
+            for f, digest in zip(src.files, hashes, strict=True)
+        ]
+        provenance = {
             "source_format": src.source_format,
             "source_files": files,
             "converter": f"reference.convert {__version__}",
-        },
-    }
+        }
+    metadata = {**src.metadata, "provenance": provenance}
     try:  # what a reader would refuse is refused here, with the checkpoint named [META-5]
         encode_metadata(metadata)
     except ValueError as exc:
@@ -273,7 +295,7 @@ def convert(
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    with open_checkpoint(src_path) as src:
+    with open_source(src_path) as src:
         plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
         split = None if tp_size is None else split_plan(src, plan, tp_size, tp_rules)
         payload = plan.sizes()["payload_bytes"]
@@ -364,8 +386,11 @@ def convert_folder(
         summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
                           max_shard_size=max_shard_size, tp_size=tp_size,
                           tp_rules=tp_rules)  # fmt: skip
-        with open_checkpoint(src) as checkpoint:
+        with open_source(src) as checkpoint:
             family, config = checkpoint.family, checkpoint.config or {}
+            if isinstance(checkpoint, Awq2Checkpoint):  # an AWQ-v2 folder's manifest is its own
+                files.copies = [p for p in files.copies if p.name != SET_MANIFEST]
+                config = _in_folder_order(src / folder.CONFIG_FILE, config)
         with open_any(tmp, rank=0) as written:  # every rank stores the same layers [SET-7]
             layers = {e.name[: -len(".qweight")]: (e.bits, e.group_size)
                       for e in written.entries() if e.layout.endswith("_QWEIGHT")}  # fmt: skip
@@ -495,6 +520,68 @@ def _prepare_step(src: Checkpoint, step: Step) -> list[StoredTensor]:
         group_size=qi.group_size,
     )
     return stored
+
+
+def open_source(path: str | os.PathLike[str]) -> Checkpoint:
+    """What SRC is read through: an AWQ-v2 file, model folder or set as a checkpoint
+    (:class:`~reference.sources.awq2.Awq2Checkpoint`: a rank set's shards joined by the cuts
+    its members record, :class:`~reference.sets.tpsplit.RankJoin`), or a checkpoint
+    (:func:`~reference.sources.legacy.open_checkpoint`)."""
+    p = Path(path)
+    if not _is_awq2(p):
+        return open_checkpoint(p)
+    opened = open_any(p)
+    if isinstance(opened, FileSet):
+        files = [opened.path / m.name for m in opened.manifest.members]
+        if opened.kind != "rank":
+            return Awq2Checkpoint(p, WholeModel(opened), kind="split set", files=files)
+        try:
+            metadata = opened.metadata
+            config = metadata.get("config")
+            join = RankJoin(recorded_plan(metadata.get("tensor_parallel")),
+                            config if isinstance(config, dict) else None)  # fmt: skip
+        except BaseException:
+            opened.close()
+            raise
+        return Awq2Checkpoint(p, RankModel(opened, join), kind="rank set", files=files)
+    assert isinstance(opened, Reader)
+    return Awq2Checkpoint(p, WholeModel(opened), kind="file", files=[opened.path])
+
+
+def _in_folder_order(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The configuration an AWQ-v2 model folder's ``config.json`` shows, when it is the one
+    its metadata holds but for ``quantization_config``: in that file's order, which the
+    metadata (canonical JSON, sorted keys [WR-1]) does not keep, so that the folder written
+    is the one a conversion of the checkpoint writes; else ``config`` itself."""
+    try:
+        shown = read_json(path)
+    except FormatError:
+        return config
+    key = "quantization_config"
+    same = {k: v for k, v in shown.items() if k != key} == {
+        k: v for k, v in config.items() if k != key
+    }
+    return shown if same else config
+
+
+def _has_layers(path: Path) -> bool:
+    """An AWQ-v2 file holding a quantised layer (one that cannot be opened: True, so that
+    the conversion says why)."""
+    try:
+        with Reader(path) as reader:
+            return bool(reader.layers())
+    except (FormatError, OSError):
+        return True
+
+
+def _is_awq2(path: Path) -> bool:
+    """A set, a model folder holding ``model.awq2``, or a file that starts with the magic."""
+    if is_set_path(path) or (path.is_dir() and os.path.lexists(path / folder.MODEL_FILE)):
+        return True
+    if not path.is_file():
+        return False
+    with open_regular(path) as f:
+        return bool(f.read(len(MAGIC)) == MAGIC)
 
 
 def _verify_file(path: Path, progress: Callable[[int], object] | None = None) -> None:
@@ -638,7 +725,11 @@ def build_parser() -> argparse.ArgumentParser:
         "130 interrupted (Ctrl-C; nothing written)",
     )
     parser.add_argument(
-        "src", type=Path, help="AWQ v1 or compressed-tensors checkpoint folder or .safetensors file"
+        "src",
+        type=Path,
+        help="AWQ v1 or compressed-tensors checkpoint folder or .safetensors "
+        "file; or an AWQ-v2 file, model folder, split set or rank set to reshard (the output "
+        "is byte-identical to converting the original checkpoint)",
     )
     parser.add_argument("dst", nargs="?",
                         help="a name ending in .awq2: the single file to write; any other name: "
@@ -701,9 +792,10 @@ def check_paths(
                 head = f.read(len(MAGIC))
         except OSError as exc:
             return EXIT_IO, f"cannot read {escape(str(src))}: {exc.strerror or exc}"
-        if head == MAGIC:
+        if head == MAGIC and not _has_layers(src):  # nothing to reshard
             return EXIT_USAGE, (
-                f"{escape(str(src))} is already an AWQ-v2 file (awq2-dump explains it)"
+                f"{escape(str(src))} is already an AWQ-v2 file, with no quantised layer to "
+                "reshard (awq2-dump explains it)"
             )
     if dst is None:
         return None
@@ -838,7 +930,7 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
                 report.note(f"removing a partial folder left by an interrupted run: {left}")
                 shutil.rmtree(left, ignore_errors=True)
         if args.dry_run:
-            with open_checkpoint(args.src) as src:
+            with open_source(args.src) as src:
                 plan = make_plan(src, hash_sources=False)
                 if args.tp is not None:  # refused now, as the conversion would refuse it
                     split_plan(src, plan, args.tp, tp_rules)

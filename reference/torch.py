@@ -1,5 +1,6 @@
-"""PyTorch interface: :func:`load_file` and :func:`save_file` with the meaning of
-``safetensors.torch``'s, and :func:`load_linear` for vLLM's Marlin kernels.
+"""PyTorch interface: :func:`save`, :func:`load`, :func:`save_file`, :func:`load_file`,
+:func:`save_model` and :func:`load_model` with the meaning of ``safetensors.torch``'s, and
+:func:`load_linear` for vLLM's Marlin kernels.
 
 Needs the optional extra ``torch`` (``pip install "awq-v2[torch]"``); nothing else in
 ``reference`` imports this module.
@@ -32,6 +33,18 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
   PyTorch's ``meta`` device has no data: it is refused by name (safetensors fails inside
   torch, ``NotImplementedError``).
 
+* ``save(tensors, metadata=None) -> bytes`` and ``load(data) -> dict`` are ``save_file``
+  and ``load_file`` through bytes (``torch.py:save`` and ``torch.py:load``): the same checks,
+  and ``load`` returns CPU tensors of their own.  ``load_file`` here also takes a model
+  folder and a file set, as :func:`reference.numpy.load_file` does (a rank set with
+  ``rank=``; without it ``TP_RANK_REQUIRED`` [SET-13]).
+* ``save_model`` / ``load_model`` handle tensors that share memory as ``torch.py:
+  _remove_duplicate_names`` and ``_find_shared_tensors`` do (:func:`duplicate_names`,
+  :func:`shared_groups`): one name of each shared group is saved, the others recorded in
+  the metadata as ``{dropped: kept}``, and loading fills the model's aliases from it;
+  ``tests/test_torch.py`` runs the cases of safetensors' ``tests/test_pt_model.py`` through
+  both libraries.
+
 The file's bytes are little-endian and torch tensors hold native-order bytes: this module
 assumes a little-endian host (``safetensors.torch`` byteswaps on a big-endian one; this
 module does not).
@@ -60,8 +73,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -72,7 +87,7 @@ from reference.format.layers import PARTS
 from reference.format.metadata import encode_metadata
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
-from reference.format.validate import check_slab
+from reference.numpy import BACKENDS, read_all, views_of
 from reference.quant.dtypes import raw_bits
 from reference.sources.legacy import Checkpoint
 from reference.write.writer import Writer, dtype_name_of
@@ -123,47 +138,48 @@ def load_file(
     filename: str | os.PathLike[str],
     device: Any = "cpu",
     *,
+    rank: int | None = None,
     backend: Literal["mmap", "pread"] = "mmap",
     validate: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Every tensor of an AWQ-v2 file, on ``device``, like ``safetensors.torch.load_file``.
+    """Every tensor of an AWQ-v2 file, model folder or split set (of a rank set, rank
+    ``rank``'s shards: without it, ``TP_RANK_REQUIRED`` [SET-13]), on ``device``, like
+    ``safetensors.torch.load_file``.
 
-    Checked first, as safetensors checks its header: the opening checks [RD-1], every entry
-    (bounds, checksum, name, dtype, shape and length, layout, place in the slab) [ENT-*,
-    NAME-1, NAME-2, LAY-1..6, SLAB-2, SLAB-3], that no two payloads overlap and each starts
-    at the next 64 KiB boundary [SLAB-4, SLAB-5] and that no name comes twice [NAME-3]:
-    every tensor is there, under its own name, made of bytes of its own.
-    ``validate=True`` runs full validation instead [RD-2]: also the index checksum and hash
-    table, layers, padding and metadata, none of which a returned tensor is read from
-    (``docs/reference/torch.md``; it reads the file's padding, 1.6% of the 1B benchmark's
-    bytes).  Payload checksums are checked by neither: ``Reader.verify``.
+    Checked first, as safetensors checks its header (:func:`reference.numpy.read_all`): the
+    opening checks [RD-1], every entry (bounds, checksum, name, dtype, shape and length,
+    layout, place in the slab) [ENT-*, NAME-1, NAME-2, LAY-1..6, SLAB-2, SLAB-3], that no two
+    payloads overlap and each starts at the next 64 KiB boundary [SLAB-4, SLAB-5] and that no
+    name comes twice [NAME-3; in a set, SET-6]: every tensor is there, under its own name,
+    made of bytes of its own.  ``validate=True`` runs full validation instead [RD-2; a
+    set's, SET-8]: also the index checksum and hash table, layers, padding and metadata,
+    none of which a returned tensor is read from (``docs/reference/torch.md``; it reads the
+    file's padding, 1.6% of the 1B benchmark's bytes).  Payload checksums are checked by
+    neither: ``Reader.verify``.
 
     ``backend`` has safetensors' meaning, on the CPU: ``"mmap"`` (the default) returns
-    tensors in one private, copy-on-write map of the file (read when first touched; writing
+    tensors in one private, copy-on-write map of each file (read when first touched; writing
     to a tensor changes only the process's copy; a file truncated while mapped faults on
     touch, SIGBUS, as with safetensors); ``"pread"`` reads every byte now, into fresh
     tensors, with the reader's bulk read.  For another device both read into pinned host
     memory and copy it over."""
-    if backend not in ("mmap", "pread"):
+    if backend not in BACKENDS:
         raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
-    with Reader(filename) as reader:
-        infos = reader.validated_entries() if validate else _checked_entries(reader)
-        if backend == "mmap" and torch.device(device).type == "cpu":
-            tensors = _mapped(reader, infos)
-        else:
-            tensors = read_entries(reader, infos, device)
-        return dict(zip((i.name for i in infos), tensors, strict=True))
+    if backend == "mmap" and torch.device(device).type == "cpu":
+        return read_all(filename, _mapped, rank=rank, validate=validate)
+
+    def read(reader: Reader, infos: list[TensorInfo]) -> list[torch.Tensor]:
+        return read_entries(reader, infos, device)
+
+    return read_all(filename, read, rank=rank, validate=validate)
 
 
-def _checked_entries(reader: Reader) -> list[TensorInfo]:
-    """Every entry, each checked [ENT-*], then their payloads' placement [SLAB-4, SLAB-5] and
-    their names' uniqueness [NAME-3]; a name found twice is reported by full validation, which
-    raises the file's first failure."""
-    infos = reader.entries()
-    check_slab(reader.index)
-    if len({info.name for info in infos}) != len(infos):
-        reader.validate()  # raises; DUPLICATE_NAME at the latest
-    return infos
+def load(data: bytes) -> dict[str, torch.Tensor]:
+    """Every tensor of the AWQ-v2 file whose bytes are ``data``, like
+    ``safetensors.torch.load``: CPU tensors of their own (writable, sharing no memory with
+    ``data``), after the checks :func:`load_file` runs
+    (:func:`reference.numpy.views_of`)."""
+    return {info.name: from_array(view) for info, view in views_of(data)}
 
 
 def _mapped(reader: Reader, infos: list[TensorInfo]) -> list[torch.Tensor]:
@@ -332,6 +348,16 @@ def save_file(
             writer.add(name, raw_array(tensor), dtype=_DTYPE_OF_TORCH[tensor.dtype])
 
 
+def save(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of the AWQ-v2 file :func:`save_file` writes for ``tensors`` and
+    ``metadata``, with its checks (``safetensors.torch.save``): written into a temporary
+    folder, read back and removed."""
+    with tempfile.TemporaryDirectory(prefix="awq2-save-") as folder:
+        path = Path(folder) / "tensors.awq2"
+        save_file(tensors, path, metadata)
+        return path.read_bytes()
+
+
 def raw_array(tensor: torch.Tensor) -> NDArray[Any]:
     """A checked tensor's stored bits as a NumPy unsigned-integer array of its shape:
     zero-copy for a CPU tensor, one copy to the CPU otherwise."""
@@ -381,16 +407,167 @@ def _check_no_overlap(tensors: Mapping[str, torch.Tensor]) -> None:
             device, reach, owner = dev, end, name
 
 
+# -------------------------------------------------------------------------------- whole models
+
+
+def save_model(
+    model: torch.nn.Module,
+    filename: str | os.PathLike[str],
+    metadata: Mapping[str, Any] | None = None,
+    force_contiguous: bool = True,
+) -> None:
+    """``model.state_dict()`` saved with :func:`save_file`, tensors that share memory saved
+    once, as ``safetensors.torch.save_model`` does: of each group of tensors that share
+    bytes (:func:`shared_groups`), one name is kept (:func:`duplicate_names`), and each
+    dropped name is recorded in the metadata as ``{dropped: kept}`` unless the caller's
+    metadata has that key already.  The caller's ``metadata`` is not changed (safetensors
+    adds the keys to the caller's dict).  ``force_contiguous`` (default True, as in
+    safetensors 0.8) saves ``.contiguous()`` copies; without it a non-contiguous tensor is
+    refused (``TORCH_NOT_CONTIGUOUS``) with the hint safetensors gives."""
+    state = model.state_dict()
+    dropped = duplicate_names(state)
+    if dropped:
+        metadata = dict(metadata or {})
+        for kept, names in dropped.items():
+            for name in names:
+                metadata.setdefault(name, kept)
+                del state[name]
+    if force_contiguous:
+        state = {name: tensor.contiguous() for name, tensor in state.items()}
+    try:
+        save_file(state, filename, metadata)
+    except TorchSaveError as exc:
+        if exc.code != "TORCH_NOT_CONTIGUOUS":
+            raise
+        found = f"{exc.found}; or use save_model(..., force_contiguous=True)"
+        raise TorchSaveError(exc.code, exc.name, exc.expected, found) from exc
+
+
+def load_model(
+    model: torch.nn.Module,
+    filename: str | os.PathLike[str],
+    strict: bool = True,
+    device: Any = "cpu",
+    *,
+    rank: int | None = None,
+    backend: Literal["mmap", "pread"] = "mmap",
+) -> tuple[list[str], list[str]]:
+    """Load what :func:`load_file` gives into ``model``, as ``safetensors.torch.load_model``
+    does: a name the model shares with a tensor the file holds (:func:`duplicate_names`,
+    preferring the file's names) is neither missing nor loaded twice; a file that holds both
+    names of a shared pair has the second unexpected.  Returns ``(missing, unexpected)``
+    (lists; safetensors' ``missing`` is a set); ``strict`` raises ``RuntimeError`` listing
+    both, in the words of ``torch.nn.Module.load_state_dict``."""
+    state = load_file(filename, device, rank=rank, backend=backend)
+    dropped = duplicate_names(model.state_dict(), preferred_names=state.keys())
+    missing_keys, unexpected_keys = model.load_state_dict(state, strict=False)
+    aliases = {name for names in dropped.values() for name in names}
+    missing = [name for name in missing_keys if name not in aliases]
+    unexpected = list(unexpected_keys) + sorted(aliases - set(missing_keys))
+    if strict and (missing or unexpected):
+        message = f"Error(s) in loading state_dict for {type(model).__name__}:"
+        if missing:
+            message += "\n    Missing key(s) in state_dict: " + _quoted(missing)
+        if unexpected:
+            message += "\n    Unexpected key(s) in state_dict: " + _quoted(unexpected)
+        raise RuntimeError(message)
+    return missing, unexpected
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(f'"{name}"' for name in sorted(names))
+
+
+def shared_groups(state_dict: Mapping[str, torch.Tensor]) -> list[set[str]]:
+    """The names of ``state_dict`` in groups of tensors that share bytes (a tensor that
+    shares none is a group of one), as ``safetensors/torch.py:_find_shared_tensors`` finds
+    them: tensors of one storage (device, storage address and size; none on the ``meta``
+    device and none without storage bytes, which are in no group), cut into runs whose byte
+    spans overlap (``_filter_shared_not_shared``).  A run here reaches to the furthest end
+    seen so far; safetensors' reaches to the last span's end, so that a short view inside a
+    longer tensor can end its run early."""
+    storages: dict[tuple[str, int, int], list[tuple[int, int, str]]] = {}
+    for name, tensor in state_dict.items():
+        if tensor.device.type == "meta":
+            continue
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() and storage.nbytes():
+            key = (str(tensor.device), storage.data_ptr(), storage.nbytes())
+            storages.setdefault(key, []).append((*_span(tensor), name))
+    groups: list[set[str]] = []
+    for spans in storages.values():
+        run: set[str] = set()
+        reach = -1
+        for start, end, name in sorted(spans):
+            if start >= reach:
+                run = set()
+                groups.append(run)
+            run.add(name)
+            reach = max(reach, end)
+    return sorted(groups, key=min)
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first byte of ``tensor`` and one past its last element's (``safetensors/torch.py:
+    _end_ptr``): strided views reach further than their element count."""
+    start = tensor.data_ptr()
+    if not tensor.numel():
+        return start, start
+    reach = zip(tensor.shape, tensor.stride(), strict=True)
+    last = sum((size - 1) * stride for size, stride in reach)
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _is_complete(tensor: torch.Tensor) -> bool:
+    """``tensor`` is the whole of its storage (``safetensors/torch.py:_is_complete``)."""
+    storage = tensor.untyped_storage()
+    whole = tensor.numel() * tensor.element_size() == storage.nbytes()
+    return tensor.data_ptr() == storage.data_ptr() and whole
+
+
+def duplicate_names(
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    preferred_names: Iterable[str] = (),
+    discard_names: Iterable[str] = (),
+) -> dict[str, list[str]]:
+    """``{kept: [dropped, ...]}`` for each group of :func:`shared_groups` of two names or
+    more, as ``safetensors/torch.py:_remove_duplicate_names`` chooses: the kept name covers
+    its whole storage (``RuntimeError`` when none does: saving one of them would not save
+    the others' bytes), the first in sorted order of those in ``preferred_names``, else of
+    those not in ``discard_names``, else of all.  safetensors also refuses a tensor that
+    shares nothing and covers part of its storage; here it is saved, its own bytes only."""
+    preferred, discard = set(preferred_names), set(discard_names)
+    out: dict[str, list[str]] = {}
+    for group in shared_groups(state_dict):
+        if len(group) < 2:
+            continue
+        complete = {name for name in group if _is_complete(state_dict[name])}
+        if not complete:
+            raise RuntimeError(f"tensors {sorted(group)} share memory and none of them covers "
+                               "the whole of it: save their storage as one tensor, or "
+                               ".clone() them apart")  # fmt: skip
+        kept = min(complete & preferred or complete - discard or complete)
+        out[kept] = sorted(group - {kept})
+    return out
+
+
 __all__ = [
     "TORCH_DTYPES",
     "TorchLinear",
     "TorchMetadataError",
     "TorchSaveError",
     "bytes_of",
+    "duplicate_names",
     "from_array",
+    "load",
     "load_file",
     "load_linear",
+    "load_model",
     "raw_array",
     "read_entries",
+    "save",
     "save_file",
+    "save_model",
+    "shared_groups",
 ]

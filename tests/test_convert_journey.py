@@ -310,13 +310,16 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     assert "130 interrupted" in help_text
 
 
-def test_the_command_is_called_by_its_script_name():
+def test_the_command_is_called_by_its_script_name(tmp_path):
     """The usage line and hints name the console script (awq2-convert), not python -m."""
     result = subprocess.run([sys.executable, "-m", "reference.convert", "--help"], cwd=ROOT,
                             capture_output=True, text=True, check=True)  # fmt: skip
     assert result.stdout.startswith("usage: awq2-convert ")
-    v2 = ROOT / "conformance" / "vectors"
-    some = next(iter(sorted(v2.rglob("*.awq2"))))
-    result = subprocess.run([sys.executable, "-m", "reference.convert", str(some), "x.awq2"],
-                            cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    # an AWQ-v2 file with no quantised layer: nothing to reshard, refused with the hint
+    dense = ROOT / "conformance" / "vectors" / "y_metadata_nested.awq2"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "reference.convert", str(dense),
+                             str(tmp_path / "x.awq2")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and "(awq2-dump explains it)" in result.stderr
+    assert list(tmp_path.iterdir()) == []

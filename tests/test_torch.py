@@ -13,11 +13,13 @@ turns a missing torch into a failure instead of a skip (``.ci/run``, "real quant
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import re
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -592,3 +594,322 @@ def test_the_docs_examples_run(tmp_path: Path, monkeypatch) -> None:
     namespace: dict = {}
     for number, block in enumerate(blocks, 1):
         exec(compile(block, f"docs/reference/torch.md, python block {number}", "exec"), namespace)
+
+
+# ------------------------------------------------------- save / load beside safetensors.torch
+
+#: The dtypes both formats know: every registry dtype is in safetensors.torch's _TYPES.
+BOTH_KNOW = sorted(set(EXPECTED_TORCH) & set(safetensors.torch._TYPES))
+
+_base = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+
+#: Cases both libraries store and give back unchanged (safetensors' tests: empty tensors,
+#: zero-size dimensions, bool, 0-d, tensors of one storage that do not overlap).
+SAME_PT = {
+    "example": {"a": torch.zeros((2, 2)), "b": torch.zeros((2, 3), dtype=torch.uint8)},
+    "empty": {"e": torch.zeros(0)},
+    "zero-size-dims": {"e": torch.zeros(2, 0, 3, dtype=torch.float16)},
+    "two-empties": {"a": torch.zeros(0), "b": torch.zeros(0)},
+    "0-d": {"s": torch.tensor(1.5)},
+    "bool": {"b": torch.tensor([[True, False], [False, True]])},
+    "disjoint-views": {"a": _base[0], "b": _base[1]},
+    "an-empty-view-inside": {"a": _base, "e": _base[1:1]},
+    "nothing": {},
+    "every-dtype-both-know": {name: every_dtype()[name] for name in BOTH_KNOW},
+}
+
+
+def assert_same_tensors(got: dict, want: dict, what: str) -> None:
+    assert list(got) == list(want) or set(got) == set(want), (what, list(got), list(want))
+    for name, t in want.items():
+        assert (got[name].dtype, got[name].shape) == (t.dtype, t.shape), (what, name)
+        assert np.array_equal(tensor_bytes(got[name]), tensor_bytes(t)), (what, name)
+
+
+@pytest.mark.parametrize("case", SAME_PT, ids=list(SAME_PT))
+def test_save_and_load_round_trip_what_safetensors_does(tmp_path: Path, case: str) -> None:
+    tensors = SAME_PT[case]
+    ours, theirs = (
+        rt.load(rt.save(tensors)),
+        safetensors.torch.load(safetensors.torch.save(tensors)),
+    )
+    rt.save_file(tensors, tmp_path / "t.awq2")
+    safetensors.torch.save_file(tensors, tmp_path / "t.safetensors")
+    files = (
+        rt.load_file(tmp_path / "t.awq2"),
+        safetensors.torch.load_file(tmp_path / "t.safetensors"),
+    )
+    for what, got in (("ours", ours), ("theirs", theirs), ("ours_file", files[0]),
+                      ("theirs_file", files[1])):  # fmt: skip
+        assert_same_tensors(got, tensors, f"{case}: {what}")
+    assert rt.save(tensors) == (tmp_path / "t.awq2").read_bytes()
+
+
+def test_every_registry_dtype_is_one_safetensors_torch_knows() -> None:
+    assert BOTH_KNOW == sorted(EXPECTED_TORCH)
+    assert torch.float8_e4m3fnuz in safetensors.torch._TYPES.values()  # refused here
+
+
+def test_load_gives_tensors_of_their_own_in_both() -> None:
+    """Writable CPU tensors that share no memory with ``data``, in both."""
+    tensors = {"w": torch.arange(6, dtype=torch.int16)}
+    for save, load in ((rt.save, rt.load), (safetensors.torch.save, safetensors.torch.load)):
+        data = save(tensors)
+        loaded = load(data)
+        loaded["w"][0] = 99
+        assert loaded["w"][0] == 99
+        assert torch.equal(load(data)["w"], tensors["w"]), save.__module__
+
+
+@pytest.mark.parametrize(
+    ("tensors", "code", "theirs"),
+    [
+        ({"t": torch.zeros(3, 4).t()}, "TORCH_NOT_CONTIGUOUS", ValueError),
+        ({"a": _base, "b": _base}, "TORCH_SHARED_MEMORY", RuntimeError),
+        ({"a": _base, "b": _base[1:]}, "TORCH_SHARED_MEMORY", RuntimeError),
+        ({"s": torch.zeros(3, 3).to_sparse()}, "TORCH_SPARSE", ValueError),
+        ([("a", torch.zeros(1))], "TORCH_NOT_A_DICT", ValueError),
+    ],
+    ids=["non-contiguous", "shared", "overlapping", "sparse", "not-a-dict"],
+)
+def test_save_refuses_what_safetensors_save_refuses(tensors, code: str, theirs) -> None:
+    """The same refusals from save as from save_file; shared tensors are a RuntimeError in
+    safetensors and a TorchSaveError (a ValueError) here."""
+    with pytest.raises(theirs):
+        safetensors.torch.save(tensors)
+    with pytest.raises(rt.TorchSaveError) as caught:
+        rt.save(tensors)
+    assert caught.value.code == code
+
+
+def test_metadata_types_beside_safetensors(tmp_path: Path) -> None:
+    """str -> str in both, read back alike; nested and non-str values here only (safetensors:
+    TypeError); what neither takes, refused by both."""
+    tensors = {"w": torch.zeros(2)}
+    for meta in ({"format": "pt"}, {}):
+        rt.save_file(tensors, tmp_path / "m.awq2", meta)
+        safetensors.torch.save_file(tensors, tmp_path / "m.safetensors", meta)
+        with (
+            reference.open(tmp_path / "m.awq2") as f,
+            safetensors.safe_open(tmp_path / "m.safetensors", "pt") as g,
+        ):
+            assert f.metadata == (g.metadata() or {}) == meta
+    for meta in ({"n": 1}, {"config": {"a": [1, 2]}}, {"x": None}):
+        with pytest.raises(TypeError):
+            safetensors.torch.save(tensors, meta)
+        (tmp_path / "b.awq2").write_bytes(rt.save(tensors, meta))
+        with reference.open(tmp_path / "b.awq2") as f:
+            assert f.metadata == meta
+    for meta in ([("a", "b")], "a=b", {"k": float("nan")}):
+        with pytest.raises(TypeError):
+            safetensors.torch.save(tensors, meta)
+        with pytest.raises(rt.TorchMetadataError):
+            rt.save(tensors, meta)
+
+
+# ------------------------------------------------------------- load_file: folders and sets
+
+
+def test_load_file_takes_a_model_folder_and_sets(tmp_path: Path) -> None:
+    from reference.format.layers import StoredTensor
+    from reference.sets.setwriter import RankSetWriter, save_set
+
+    tensors = {f"t{i}": torch.full((64, 64), float(i), dtype=torch.bfloat16) for i in range(5)}
+    (tmp_path / "model").mkdir()
+    rt.save_file(tensors, tmp_path / "model" / "model.awq2")
+    assert_same_tensors(rt.load_file(tmp_path / "model"), tensors, "folder")
+    bf16 = {n: rt.raw_array(t).view(ml_dtypes.bfloat16) for n, t in tensors.items()}
+    members = save_set(tmp_path / "split", bf16, max_size=3 * 65536)
+    assert len(members) > 1
+    for backend in ("mmap", "pread"):
+        assert_same_tensors(rt.load_file(tmp_path / "split", backend=backend), tensors, backend)
+    (tmp_path / "ranks").mkdir()
+    writer = RankSetWriter(tmp_path / "ranks", tp_size=2)
+    writer.add_ranks([[StoredTensor("w", np.full((2, 4), r, np.float32))] for r in range(2)])
+    writer.close()
+    with pytest.raises(reference.FormatError) as caught:
+        rt.load_file(tmp_path / "ranks")
+    assert caught.value.code == "TP_RANK_REQUIRED"
+    for rank in range(2):
+        for backend in ("mmap", "pread"):
+            got = rt.load_file(tmp_path / "ranks", rank=rank, backend=backend)
+            assert torch.equal(got["w"], torch.full((2, 4), float(rank))), (rank, backend)
+
+
+# ------------------------------------------------ save_model / load_model beside safetensors
+# The models and cases of safetensors' bindings/python/tests/test_pt_model.py, run through
+# both libraries.
+
+
+class OnesModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.a.weight = torch.nn.Parameter(torch.ones((4, 4)))
+        self.a.bias = torch.nn.Parameter(torch.ones((4,)))
+        self.b = self.a
+
+
+class SharedModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(10, 10)
+        self.b = self.a
+
+
+class NonContiguousModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(10, 10)
+        self.a.weight = torch.nn.Parameter(torch.zeros((10, 10)).transpose(0, 1))
+
+
+class CopyModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(10, 10)
+        self.b = copy.deepcopy(self.a)
+
+
+class NoSharedModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(10, 10)
+        self.b = torch.nn.Linear(10, 10)
+
+
+LIBRARIES = {
+    "ours": (rt.save_model, rt.load_model, rt.save_file, ".awq2"),
+    "theirs": (
+        safetensors.torch.save_model,
+        safetensors.torch.load_model,
+        safetensors.torch.save_file,
+        ".safetensors",
+    ),
+}
+
+
+def metadata_at(path: Path) -> dict:
+    if path.suffix == ".awq2":
+        with reference.open(path) as f:
+            return f.metadata
+    with safetensors.safe_open(path, "pt") as f:
+        return f.metadata() or {}
+
+
+def assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    want = a.state_dict()
+    for name, tensor in b.state_dict().items():
+        assert torch.equal(tensor, want[name]), name
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+@pytest.mark.parametrize("model_class", [OnesModel, SharedModel, CopyModel, NoSharedModel])
+def test_save_model_and_load_model_as_safetensors_does(tmp_path: Path, lib: str, model_class):
+    """Shared parameters saved once, the dropped name recorded as ``{dropped: kept}``;
+    loading restores every name; the same metadata and tensor names in both libraries."""
+    save_model, load_model, _, suffix = LIBRARIES[lib]
+    model = model_class()
+    user = {"user": "kept"}
+    path = tmp_path / f"m{suffix}"
+    save_model(model, path, metadata=dict(user))
+    meta = metadata_at(path)
+    shared = model_class in (OnesModel, SharedModel)
+    want = {"b.bias": "a.bias", "b.weight": "a.weight"} if shared else {}
+    assert meta == {**user, **want}, lib
+    saved = set(rt.load_file(path) if suffix == ".awq2" else safetensors.torch.load_file(path))
+    assert saved == set(model.state_dict()) - set(want), lib
+    other = model_class()
+    assert load_model(other, path) in ((set(), []), ([], [])), lib
+    assert_same_state(model, other)
+
+
+def test_save_model_leaves_the_callers_metadata_alone(tmp_path: Path) -> None:
+    """safetensors adds ``{dropped: kept}`` to the caller's dict; this module does not, and
+    neither overrides a key the caller set."""
+    ours, theirs = {"b.weight": "mine"}, {"b.weight": "mine"}
+    rt.save_model(SharedModel(), tmp_path / "m.awq2", metadata=ours)
+    safetensors.torch.save_model(SharedModel(), tmp_path / "m.safetensors", metadata=theirs)
+    assert ours == {"b.weight": "mine"}
+    assert theirs == {"b.weight": "mine", "b.bias": "a.bias"}
+    assert metadata_at(tmp_path / "m.awq2") == metadata_at(tmp_path / "m.safetensors") == theirs
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_a_non_contiguous_parameter_needs_force_contiguous(tmp_path: Path, lib: str) -> None:
+    save_model, load_model, _, suffix = LIBRARIES[lib]
+    model = NonContiguousModel()
+    with pytest.raises(ValueError) as caught:
+        save_model(model, tmp_path / f"c{suffix}", force_contiguous=False)
+    assert "use save_model(..., force_contiguous=True)" in str(caught.value)
+    save_model(model, tmp_path / f"c{suffix}")  # force_contiguous=True, the default of both
+    other = NonContiguousModel()
+    load_model(other, tmp_path / f"c{suffix}")
+    assert_same_state(model, other)
+
+
+@pytest.mark.parametrize("lib", LIBRARIES)
+def test_load_model_reports_missing_and_unexpected_names_alike(tmp_path: Path, lib: str):
+    """test_pt_model.py's test_difference_with_torch and test_difference_torch_odd: a file
+    of a shared model lacks the dropped names an unshared model needs; a file of an unshared
+    model has names the shared one holds once."""
+    save_model, load_model, save_file, suffix = LIBRARIES[lib]
+    save_model(SharedModel(), tmp_path / f"s{suffix}")
+    with pytest.raises(
+        RuntimeError, match=re.escape('Missing key(s) in state_dict: "b.bias", "b.weight"')
+    ):
+        load_model(NoSharedModel(), tmp_path / f"s{suffix}")
+    missing, unexpected = load_model(NoSharedModel(), tmp_path / f"s{suffix}", strict=False)
+    assert (sorted(missing), list(unexpected)) == (["b.bias", "b.weight"], [])
+    save_model(NoSharedModel(), tmp_path / f"n{suffix}")
+    with pytest.raises(
+        RuntimeError, match=re.escape('Unexpected key(s) in state_dict: "b.bias", "b.weight"')
+    ):
+        load_model(SharedModel(), tmp_path / f"n{suffix}")
+    # test_workaround_works_with_different_on_file_names: the file keeps the other name
+    model = SharedModel()
+    state = model.state_dict()
+    state.pop("a.weight"), state.pop("a.bias")
+    save_file(state, tmp_path / f"b{suffix}")
+    other = SharedModel()
+    load_model(other, tmp_path / f"b{suffix}")
+    assert_same_state(model, other)
+
+
+def test_load_model_returns_lists_where_safetensors_returns_a_set(tmp_path: Path) -> None:
+    rt.save_model(SharedModel(), tmp_path / "s.awq2")
+    missing, unexpected = rt.load_model(NoSharedModel(), tmp_path / "s.awq2", strict=False)
+    assert missing == ["b.weight", "b.bias"] and unexpected == []
+
+
+def test_shared_groups_are_safetensors_find_shared_tensors() -> None:
+    """test_pt_model.py's cases for _find_shared_tensors and _remove_duplicate_names."""
+    find, remove = safetensors.torch._find_shared_tensors, safetensors.torch._remove_duplicate_names
+    a = torch.zeros((4,))
+    m = torch.zeros((3, 3))
+    cases = [
+        {"A": m, "B": m[:1, :]},
+        {"A": m},
+        {"B": m[:1, :]},
+        {"B": a[:2], "C": a[2:]},
+        {"B": a[:2], "C": a[1:]},
+        {"B": a[:2], "C": a[2:], "D": a[:1]},
+        {"C": torch.zeros((2, 2), device="meta"), "D": torch.zeros((2, 2), device="meta")[:1]},
+        SharedModel().state_dict(),
+        CopyModel().state_dict(),
+    ]
+    for case in cases:
+        assert sorted(map(sorted, rt.shared_groups(case))) == sorted(map(sorted, find(case)))
+    for case in (
+        {"A": m, "B": m[:1, :]},
+        {"A": m, "B": m[:1, :], "C": m},
+        SharedModel().state_dict(),
+    ):
+        assert rt.duplicate_names(case) == remove(case)
+    with pytest.raises(RuntimeError):  # overlapping, and none covers the storage: both refuse
+        remove({"B": a[:2], "C": a[1:]})
+    with pytest.raises(RuntimeError):
+        rt.duplicate_names({"B": a[:2], "C": a[1:]})
+    with pytest.raises(RuntimeError):  # a lone part of a storage: refused there, kept here
+        remove({"B": m[:1, :]})
+    assert rt.duplicate_names({"B": m[:1, :]}) == {}

@@ -60,7 +60,7 @@ FILE_MAP_SVG = DOCS / "assets" / "file-map.svg"
 #: The vector the walkthrough explains: one small tensor and a metadata document.
 WALKTHROUGH_VECTOR = "y_metadata_nested"
 #: The modules whose parsers the CLI reference renders.
-CLI_MODULES = ("reference.dump", "reference.convert", "conformance.run")
+CLI_MODULES = ("reference.dump", "reference.convert", "reference.metaedit", "conformance.run")
 
 BEGIN_RE = re.compile(r"^<!-- BEGIN GENERATED: (?P<kind>site-[a-z-]+)(?: (?P<arg>[^ >]+))? -->$")
 END_LINE = "<!-- END GENERATED -->"

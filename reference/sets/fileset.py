@@ -37,6 +37,7 @@ import itertools
 import os
 import resource
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -153,6 +154,7 @@ class FileSet:
         _refuse_dangling(self.manifest_path)
         self.manifest: Manifest = read_manifest(self.manifest_path)  # [SET-2..SET-4]
         self._open = _Open(default_max_open() if max_open is None else max(1, max_open))
+        self._open_lock = threading.RLock()
         self._copy = copy
         self.only_rank: int | None = None
         try:
@@ -182,12 +184,13 @@ class FileSet:
     def member_reader(self, index: int) -> Reader:
         """The reader of member ``index`` (of ``self._members``), opened (again) if closed:
         every opening check again [SET-5], so a member replaced since is refused."""
-        reader = self._open.get(index)
-        if reader is None:
-            self._open.room()
-            reader = self._open_member(self._members[index], copy=self._copy)
-            self._open.add(index, reader)
-        return reader
+        with self._open_lock:  # the converter's threads read members of one set
+            reader = self._open.get(index)
+            if reader is None:
+                self._open.room()
+                reader = self._open_member(self._members[index], copy=self._copy)
+                self._open.add(index, reader)
+            return reader
 
     def _is_open(self, rank: int) -> bool:
         return self.only_rank is None or rank == self.only_rank

@@ -335,6 +335,154 @@ def split_stored(stored: list[StoredTensor], cuts: Sequence[Cut], *, layer: bool
     return [[StoredTensor(tensor.name, cut_dense(tensor.array, c), tensor.fields)] for c in cuts]
 
 
+# ------------------------------------------------------------ joining a rank set (resharding)
+
+
+def recorded_plan(description: Any) -> SplitPlan:
+    """The plan a rank set's members record under ``tensor_parallel``
+    (:meth:`SplitPlan.description`), to undo its cuts; ``TP_BAD_CONFIG`` if it is not one."""
+
+    def bad(what: str, found: Any) -> FormatError:
+        return _refuse("TP_BAD_CONFIG", f"the rank set's tensor_parallel record: {what}",
+                       expected="what convert --tp records", found=str(found)[:80])  # fmt: skip
+
+    if not isinstance(description, Mapping):
+        raise bad("absent or not an object", description)
+    tp_size, rules = description.get("tp_size"), description.get("rules")
+    if not _count(tp_size):
+        raise bad("tp_size", tp_size)
+    if not isinstance(rules, list) or not all(
+        isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
+        and r[1] in KINDS for r in rules
+    ):  # fmt: skip
+        raise bad("rules", rules)
+    if description.get("vocab_padding") != VOCAB_PADDING:
+        raise bad(f"vocab_padding (this converter pads to {VOCAB_PADDING})",
+                  description.get("vocab_padding"))  # fmt: skip
+    heads = None
+    if "num_attention_heads" in description:
+        counts = [description.get(k) for k in
+                  ("num_attention_heads", "num_key_value_heads", "head_dim")]  # fmt: skip
+        if not all(_count(c) for c in counts):
+            raise bad("head counts", counts)
+        heads = Heads(*(int(c) for c in counts if _count(c)))
+    family = description.get("rule_family")
+    return SplitPlan(tp_size, [(p, k) for p, k in rules],
+                     family=family if isinstance(family, str) else None, heads=heads)  # fmt: skip
+
+
+class RankJoin:
+    """The inverse of every cut a rank set was written with: each rank's parts joined into the
+    whole tensor.  Exact for every kind: column and row parts are concatenated back in index
+    order; replicated parts (a kind ``replicated``, key/value heads on several ranks [SET-12],
+    a row-parallel layer's bias and group-less zero points and scales) must be the same bytes
+    on every rank that holds them (``TP_BAD_SHARD`` otherwise); a vocabulary table's padding
+    is cut off again, its rows being ``config.json``'s ``vocab_size``, as a model builds its
+    embedding (refused, ``TP_BAD_CONFIG``, unless padding that many rows gives the stored
+    count and every padding row is zero)."""
+
+    def __init__(self, plan: SplitPlan, config: Mapping[str, Any] | None) -> None:
+        self.plan = plan
+        vocab = (config or {}).get("vocab_size")
+        self._vocab: int | None = vocab if _count(vocab) else None
+
+    def _out_features(self, module: str) -> int:
+        kind, heads = self.plan.kind(module), self.plan.heads
+        if kind in ("heads", "kv_heads") and heads is not None:
+            return (heads.heads if kind == "heads" else heads.kv_heads) * heads.head_dim
+        return 0
+
+    def layer_cuts(self, prefix: str) -> list[Cut]:
+        return self.plan.cuts(prefix, out_features=self._out_features(prefix), quantised=True)
+
+    def whole_kn(self, prefix: str, k: int, n: int) -> tuple[int, int]:
+        """The whole layer's ``k`` and ``n`` from one shard's."""
+        cut = self.layer_cuts(prefix)[0]
+        if cut.parallel == "row":
+            return k * cut.count, n
+        return k, n * cut.count
+
+    def _dense_cuts(self, name: str, rows: int, *, layer: bool) -> list[Cut]:
+        module = name.rpartition(".")[0]
+        if layer:  # a layer's bias: the layer's cut
+            return self.layer_cuts(module)
+        kind = self.plan.kind(module)
+        if kind != "vocab":
+            return self.plan.cuts(module, out_features=self._out_features(module) or rows,
+                                  quantised=False)  # fmt: skip
+        padded, vocab = rows * self.plan.tp_size, self._vocab
+        if vocab is None or -(-vocab // VOCAB_PADDING) * VOCAB_PADDING != padded:
+            raise _refuse("TP_BAD_CONFIG", f"{name}: the vocabulary table's rows before padding "
+                          f"cannot be told: config.json's vocab_size padded to a multiple of "
+                          f"{VOCAB_PADDING} is not the {padded} rows stored",
+                          expected=f"a vocab_size from {padded - VOCAB_PADDING + 1} to {padded}",
+                          found=vocab)  # fmt: skip
+        return self.plan.cuts(module, out_features=vocab, quantised=False)
+
+    def whole_shape(self, name: str, shape: tuple[int, ...], *, layer: bool) -> tuple[int, ...]:
+        """A dense tensor's whole shape from one rank's part."""
+        cut = self._dense_cuts(name, shape[0] if shape else 0, layer=layer)[0]
+        axis = _dense_axis(cut, len(shape))
+        if axis is None:
+            return shape
+        whole = list(shape)
+        whole[axis] = self._vocab if cut.pad_to and self._vocab else shape[axis] * cut.count
+        return tuple(whole)
+
+    def join_dense(self, name: str, parts: Sequence[NDArray[Any]], *, layer: bool) -> NDArray[Any]:
+        """A dense tensor (or a layer's bias) from every rank's part."""
+        shape = parts[0].shape
+        cuts = self._dense_cuts(name, shape[0] if shape else 0, layer=layer)
+        axis = _dense_axis(cuts[0], len(shape))
+        rows = self._vocab if cuts[0].pad_to else None
+        return uncut(name, parts, cuts, axis, rows=rows)
+
+    def join_part(self, prefix: str, part: str, parts: Sequence[NDArray[Any]], *,
+                  group_size: int) -> NDArray[Any]:  # fmt: skip
+        """A quantised layer's unpacked part (codes ``[k, n]``, zero points or scales
+        ``[G, n]``) from every rank's: column cuts join along n; row cuts along k, the zero
+        points and scales of a layer without groups being whole on every rank."""
+        cuts = self.layer_cuts(prefix)
+        axis: int | None = 1
+        if cuts[0].parallel == "row":
+            axis = 0 if part == "qweight" or group_size != -1 else None
+        return uncut(f"{prefix}.{part}", parts, cuts, axis)
+
+
+def uncut(name: str, parts: Sequence[NDArray[Any]], cuts: Sequence[Cut], axis: int | None, *,
+          rows: int | None = None) -> NDArray[Any]:  # fmt: skip
+    """The inverse of cutting a tensor along ``axis`` (None: whole on every rank): rank ``r``
+    holds ``parts[r]``, cut ``cuts[r]``.  Ranks holding the same index must agree byte for
+    byte; ``rows`` (a vocabulary table) trims the zero rows of padding."""
+    whole = axis is None or cuts[0].parallel is None
+    distinct: dict[int, NDArray[Any]] = {}
+    for rank, (array, cut) in enumerate(zip(parts, cuts, strict=True)):
+        index = 0 if whole else cut.index
+        first = distinct.setdefault(index, array)
+        if first is not array and not _same_bytes(first, array):
+            raise _refuse("TP_BAD_SHARD", f"{name}: rank {rank} holds another copy of a part "
+                          "that its cut gives to several ranks", expected="the same bytes",
+                          found="different bytes")  # fmt: skip
+    if whole:
+        return distinct[0]
+    assert axis is not None
+    joined = np.concatenate([distinct[i] for i in range(cuts[0].count)], axis=axis)
+    if rows is not None and rows < joined.shape[axis]:
+        where: list[slice] = [slice(None)] * joined.ndim
+        where[axis] = slice(rows, None)
+        if np.ascontiguousarray(joined[tuple(where)]).view(np.uint8).any():
+            raise _refuse("TP_BAD_SHARD", f"{name}: rows after the vocabulary's {rows} are not "
+                          "the zero rows of padding", expected="zero rows",
+                          found="non-zero")  # fmt: skip
+        where[axis] = slice(0, rows)
+        joined = joined[tuple(where)]
+    return joined
+
+
+def _same_bytes(a: NDArray[Any], b: NDArray[Any]) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 # ------------------------------------------------------------------------- choosing a plan
 
 

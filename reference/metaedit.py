@@ -1,0 +1,593 @@
+"""``awq2-meta PATH --set KEY=JSON --delete KEY ...`` (also ``python -m reference.metaedit``):
+set or remove top-level metadata keys of an AWQ-v2 file or of a file set, without rewriting
+the payloads.
+
+The metadata is the last section of the index, after the slab [IDX-2], so no payload moves
+when it changes: the new file is the old slab copied byte for byte, by ``copy_file_range``
+(:mod:`reference.write.rangecopy`: a reflink where the file system shares extents, an
+in-kernel copy elsewhere, a plain copy where neither is allowed), then the old index with
+the new metadata, a new trailer and a new header with their checksums.  It is written into a
+hidden partial file beside the original (:mod:`reference.write.partial`), validated and
+verified in full (RD-2, ENT-10), and renamed over the original: a reader sees the old file or
+the new one, never a mixture [WR-2].  The metadata is written in the writer's canonical
+encoding (sorted keys, no spaces) [WR-1], so the edited file is byte for byte what
+:class:`~reference.write.writer.Writer` writes with the same tensors and the new metadata.
+
+PATH is a file, a model folder holding ``model.awq2``, or a set (its folder or its manifest).
+Every member of a set gets the same edit; each member's own record of its rank
+(``awq2_rank``) stays as it is [SET-14, SET-15].  The set is fully validated first; every
+new member is written, verified and hashed beside the old one before anything is renamed,
+then the members and, last, the manifest with their new sizes, header checksums and SHA-256
+are renamed into place in one burst, with SIGINT, SIGTERM and SIGHUP held off.  That burst
+is not atomic across files: a crash of the machine (or SIGKILL) inside it leaves members
+that the old manifest does not describe (``SET_FILE_MISMATCH`` on open) until the command
+is run again on a backup.  No byte is written during it, so it lasts as long as one rename
+per member.
+
+Refused (exit 1, nothing written): a key the spec reserves (``awq2_rank``), deleting a key
+the metadata does not hold, metadata a reader would refuse (a number over 100 bytes or out
+of binary64's range, nesting over 64 levels, over 16 MiB) [META-5, LIM-5], and an input that
+fails validation or verification.  An edit that changes nothing writes nothing (exit 0,
+``unchanged``).
+
+Exit status: 0 done (or unchanged, or planned with ``--dry-run``), 1 refused, 2 usage
+error, 3 I/O error, 130 interrupted (before the renames: nothing changed).  With ``--json``
+every outcome is one JSON document on stdout, as ``awq2-convert`` prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import stat
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
+
+from reference.format.metadata import encode_metadata
+from reference.format.reader import Reader
+from reference.ground.errors import FormatError
+from reference.ground.files import open_regular
+from reference.ground.text import escape
+from reference.sets.fileset import FileSet
+from reference.sets.folder import MODEL_FILE
+from reference.sets.setmanifest import Manifest, parse_manifest
+from reference.write import partial
+from reference.write.rangecopy import Copied, copy_range
+from spec.algorithms import crc32c
+from spec.constants import MAX_METADATA_LENGTH, SET_MANIFEST, SET_RANK_KEY, SLAB_OFFSET
+from spec.schema import TRAILER_SIZE, Header, HeaderFields, Trailer
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+
+#: Top-level keys the spec gives a meaning of its own: never set or deleted by hand.
+RESERVED_KEYS = (SET_RANK_KEY,)  # [SET-15]
+_HASH_CHUNK = 8 << 20
+_HELD_OFF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class EditRefused(ValueError):
+    """An edit the command will not make: the message says why; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Top-level keys to set (to JSON values) and to delete, each key at most once."""
+
+    set: Mapping[str, Any] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def apply(self, metadata: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """``metadata`` with the changes made; ``where`` names the file in a refusal."""
+        for key in (*self.set, *self.delete):
+            if key in RESERVED_KEYS:
+                raise EditRefused(f"{key!r} is reserved by the spec (SET-15: a rank set's "
+                                  "member records its own rank there)")  # fmt: skip
+        missing = [key for key in self.delete if key not in metadata]
+        if missing:
+            raise EditRefused(f"{where}: no metadata key {missing[0]!r} to delete (its keys: "
+                              f"{', '.join(map(repr, sorted(metadata))) or 'none'})")  # fmt: skip
+        edited = {key: value for key, value in metadata.items() if key not in self.delete}
+        edited.update(self.set)
+        return edited
+
+
+def encode(metadata: Mapping[str, Any], where: str) -> bytes:
+    """The canonical bytes of ``metadata`` [WR-1], or :class:`EditRefused` for metadata a
+    reader would refuse [META-5, LIM-5]."""
+    try:
+        return encode_metadata(metadata)
+    except ValueError as exc:
+        raise EditRefused(f"{where}: the edited metadata would be refused by a reader: {exc}") \
+            from exc  # fmt: skip
+
+
+# ------------------------------------------------------------------ one file
+
+
+@dataclass
+class Edited:
+    """A file's new version, written and checked in its partial, not yet published."""
+
+    dest: Path
+    tmp: Path | None  # None: planned (--dry-run), never written
+    file: BinaryIO | None
+    copied: Copied
+    size: int
+    header_crc: int
+    metadata_length: int
+    sha256: str | None = None
+
+    def discard(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        if self.tmp is not None:
+            self.tmp.unlink(missing_ok=True)
+
+    def publish(self) -> None:
+        """Rename the partial over the destination [WR-2]; the directory is synced later."""
+        assert self.tmp is not None
+        os.replace(self.tmp, self.dest)
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _header(header: Mapping[str, Any], index: bytes, metadata: bytes) -> bytes:
+    """The header of the edited file: the old one with the new index's lengths and
+    checksums [HDR-4, IDX-4, META-4]."""
+    fields = {sub.name: header[sub.name] for sub in HeaderFields.subcons}
+    fields.update(index_length=len(index), metadata_length=len(metadata),
+                  file_size=header["index_offset"] + len(index) + TRAILER_SIZE,
+                  index_crc=crc32c(index), metadata_crc=crc32c(metadata))  # fmt: skip
+    return bytes(Header.build(dict(fields=dict(value=fields))))
+
+
+def _trailer(index_offset: int, index_length: int, header_crc: int) -> bytes:
+    fields = dict(index_offset=index_offset, index_length=index_length, header_crc=header_crc)
+    return bytes(Trailer.build(dict(fields=dict(value=fields))))
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def write_edited(reader: Reader, metadata: bytes, dest: Path) -> Edited:
+    """Write the file ``reader`` reads with ``metadata`` instead of its own, in a partial of
+    ``dest``, flushed to storage: the slab copied by :func:`copy_range`, then the index
+    (every section as it was, the metadata last [IDX-2]), the trailer and the header."""
+    h, geometry = reader.header, reader.index.geometry
+    index_offset = h["index_offset"]
+    index = bytes(reader.index.buf[index_offset : geometry.metadata.offset]) + metadata
+    header = _header(h, index, metadata)
+    header_crc = int.from_bytes(header[-4:], "little")
+    tmp, file = partial.create(dest)  # named and locked [WR-3]
+    try:
+        fd, src = file.fileno(), reader.fileno()
+        os.fchmod(fd, stat.S_IMODE(os.fstat(src).st_mode))  # the old file's permissions
+        _pwrite_all(fd, header + bytes(SLAB_OFFSET - len(header)), 0)  # [PAD-1]
+        copied = copy_range(src, fd, SLAB_OFFSET, SLAB_OFFSET, index_offset - SLAB_OFFSET)
+        _pwrite_all(fd, index + _trailer(index_offset, len(index), header_crc), index_offset)
+        os.fsync(fd)
+    except BaseException:
+        file.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    size = index_offset + len(index) + TRAILER_SIZE
+    return Edited(dest, tmp, file, copied, size, header_crc, len(metadata))
+
+
+def check_edited(edited: Edited, *, verify: bool) -> None:
+    """Full validation of the partial and, with ``verify``, every payload checksum [RD-2,
+    ENT-10]; a failure names the file being edited (its payloads are the ones copied)."""
+    assert edited.tmp is not None
+    try:
+        with Reader(edited.tmp) as reader:
+            reader.validate()
+            if verify:
+                reader.verify()
+    except FormatError as exc:
+        exc.path = str(edited.dest)
+        exc.message = f"{edited.dest.name}: {exc.message} (found in its edited copy)"
+        raise
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool) -> Edited | None:
+    """The edited version of one file, written and checked (None: nothing to change)."""
+    with Reader(path) as reader:
+        reader.validate()  # the original first, so that its own errors name it [RD-2]
+        old = reader.metadata
+        raw = encode(changes.apply(old, path.name), path.name)
+        g = reader.index.geometry
+        if bytes(reader.index.buf[g.metadata.offset : g.metadata.offset + g.metadata.length]) \
+                == raw:  # fmt: skip
+            return None
+        if not write:
+            return Edited(path, None, None, Copied(), 0, 0, len(raw))
+        edited = write_edited(reader, raw, path)
+    try:
+        check_edited(edited, verify=verify)
+    except BaseException:
+        edited.discard()
+        raise
+    return edited
+
+
+def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
+              dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Edit one file's metadata and publish it whole; the summary ``--json`` prints."""
+    path = Path(path)
+    _remove_stale(path)
+    edited = _prepare(path, changes, verify=verify, write=not dry_run)
+    if edited is not None and not dry_run:
+        edited.publish()
+        _fsync_dir(path.parent)
+    return _summary("file", path, changes, [(path, edited)], dry_run=dry_run, verify=verify)
+
+
+# ------------------------------------------------------------------ a set
+
+
+def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
+             dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Edit every member of the set in ``folder`` and its manifest (see the module's
+    docstring for what a crash leaves); the summary ``--json`` prints."""
+    folder = Path(folder)
+    manifest_path = folder / SET_MANIFEST
+    with FileSet(folder, validate=True, max_open=1) as opened:  # [SET-8]
+        manifest = opened.manifest
+    for member in manifest.members:
+        _remove_stale(folder / member.name)
+    _remove_stale(manifest_path)
+    done: list[tuple[Path, Edited | None]] = []
+    try:
+        for member in manifest.members:
+            path = folder / member.name
+            edited = _prepare(path, changes, verify=verify, write=not dry_run)
+            if edited is not None and edited.tmp is not None and edited.file is not None:
+                edited.sha256 = _sha256(edited.tmp)
+                edited.file.close()  # parked: this process lives, so no clean-up takes it
+                edited.file = None
+            done.append((path, edited))
+        if not dry_run and any(edited is not None for _, edited in done):
+            text = _manifest_with(manifest_path, manifest, [edited for _, edited in done])
+            _publish_set(manifest_path, text, [e for _, e in done if e is not None])
+    except BaseException:
+        for _, edited in done:
+            if edited is not None:
+                edited.discard()
+        raise
+    kind = manifest.kind
+    return _summary(kind, folder, changes, done, dry_run=dry_run, verify=verify)
+
+
+def _manifest_with(manifest_path: Path, manifest: Manifest,
+                   edits: Sequence[Edited | None]) -> str:  # fmt: skip
+    """The manifest's text with each edited member's size, header_crc and sha256: the
+    document as read (members it does not know included [SET-2]), written as the set
+    writer writes it (two-space indent, a final newline)."""
+    with open_regular(manifest_path) as f:
+        raw = f.read(MAX_METADATA_LENGTH + 1)
+    if parse_manifest(raw, name=manifest_path.name) != manifest:
+        raise EditRefused(f"{manifest_path}: the manifest changed while the set was being "
+                          "edited; nothing was renamed")  # fmt: skip
+    document = json.loads(raw.decode("utf-8"))
+    for item, edited in zip(document["files"], edits, strict=True):
+        if edited is not None:
+            item.update(size=edited.size, header_crc=f"{edited.header_crc:08x}",
+                        sha256=edited.sha256)  # fmt: skip
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _publish_set(manifest_path: Path, text: str, edits: Sequence[Edited]) -> None:
+    """Write the new manifest beside the old, then rename every member and the manifest,
+    last, with the signals that end a process held off until every rename is made."""
+    tmp, file = partial.create(manifest_path)
+    try:
+        with file:
+            os.fchmod(file.fileno(), stat.S_IMODE(os.stat(manifest_path).st_mode))
+            file.write(text.encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        with _signals_held():
+            for edited in edits:
+                edited.publish()
+            os.replace(tmp, manifest_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(manifest_path.parent)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait until the block ends; one that came meanwhile is then
+    delivered, except a Ctrl-C, which is dropped: the work it would stop is done."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - POSIX only
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_OFF)
+    try:
+        yield
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        except KeyboardInterrupt:
+            print("awq2-meta: Ctrl-C came while the set was being renamed into place; the "
+                  "edit was finished first", file=sys.stderr)  # fmt: skip
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _remove_stale(dest: Path) -> None:
+    for leftover in partial.stale_partials(dest):
+        print(f"removing a partial file left by an interrupted run: {escape(str(leftover))}",
+              file=sys.stderr)  # fmt: skip
+        leftover.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _summary(kind: str, path: Path, changes: Changes, done: Sequence[tuple[Path, Edited | None]],
+             *, dry_run: bool, verify: bool) -> dict[str, Any]:  # fmt: skip
+    files = []
+    for member, edited in done:
+        item: dict[str, Any] = {"name": member.name, "changed": edited is not None}
+        if edited is not None and not dry_run:
+            item.update(size=edited.size, header_crc=f"{edited.header_crc:08x}",
+                        metadata_length=edited.metadata_length,
+                        copied_by_kernel=edited.copied.by_kernel,
+                        copied_by_copy=edited.copied.by_copy)  # fmt: skip
+            if edited.sha256 is not None:
+                item["sha256"] = edited.sha256
+        files.append(item)
+    changed = any(item["changed"] for item in files)
+    status = "planned" if dry_run else "edited" if changed else "unchanged"
+    return {"status": status, "exit_status": EXIT_OK, "path": str(path), "kind": kind,
+            "set": sorted(changes.set), "deleted": sorted(changes.delete),
+            "verified": verify and changed and not dry_run, "files": files}  # fmt: skip
+
+
+def target(path: Path) -> tuple[str, Path]:
+    """``("set", folder)`` or ``("file", path)``: what PATH names.  ``FileNotFoundError``
+    for a folder that holds neither a manifest nor ``model.awq2``."""
+    if path.is_dir():
+        if (path / SET_MANIFEST).exists() or (path / SET_MANIFEST).is_symlink():
+            return "set", path
+        if (path / MODEL_FILE).exists() or (path / MODEL_FILE).is_symlink():
+            return "file", path / MODEL_FILE
+        raise FileNotFoundError(f"{escape(str(path))} holds neither {SET_MANIFEST} nor "
+                                f"{MODEL_FILE}")  # fmt: skip
+    if path.name == SET_MANIFEST:
+        return "set", path.parent if str(path.parent) else Path(".")
+    return "file", path
+
+
+# ------------------------------------------------------------------ the command line
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that with ``--json`` a usage error is a JSON document on stdout."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            _emit({"status": "error", "exit_status": EXIT_USAGE, "error": {"message": message}})
+            sys.exit(EXIT_USAGE)
+        super().error(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="awq2-meta",
+        description="Set or delete top-level metadata keys of an AWQ-v2 file, or of every "
+        "member of a file set, without rewriting the payloads: the new file is the old slab "
+        "copied by copy_file_range (a reflink where the file system allows it), the index "
+        "with the new metadata, a new trailer and header; it is validated and verified, then "
+        "renamed over the old one. A set's manifest is rewritten with the new sizes and "
+        "checksums; each member's awq2_rank is kept. (python -m reference.metaedit is the "
+        "same command.)",
+        epilog="exit status: 0 done (or unchanged), 1 refused (nothing written), 2 usage "
+        "error, 3 I/O error, 130 interrupted (nothing changed)",
+    )
+    parser.add_argument("path", type=Path, metavar="PATH",
+                        help="an .awq2 file, a model folder holding model.awq2, or a set "
+                        f"(its folder or its {SET_MANIFEST})")  # fmt: skip
+    parser.add_argument("--set", dest="set_json", action="append", default=[],
+                        metavar="KEY=JSON",
+                        help="set the top-level KEY to a JSON value (quote it for the "
+                        "shell: --set 'license=\"apache-2.0\"'); KEY=@FILE reads the JSON "
+                        "from FILE")  # fmt: skip
+    parser.add_argument(
+        "--set-string",
+        action="append",
+        default=[],
+        metavar="KEY=TEXT",
+        help="set the top-level KEY to the string TEXT, as it is",
+    )
+    parser.add_argument("--delete", action="append", default=[], metavar="KEY",
+                        help="delete the top-level KEY; a KEY the metadata does not hold is "
+                        "refused")  # fmt: skip
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the edit and say what would change; write nothing",
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="validate the new files but skip their payload checksums",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout whatever the outcome"
+    )
+    return parser
+
+
+def _strict_json(text: str) -> Any:
+    """A JSON value as the metadata's rules read one: no NaN or Infinity, no duplicate key."""
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({key for key, _ in pairs}) != len(pairs):
+            raise ValueError("a duplicate key")
+        return dict(pairs)
+
+    def no_constant(token: str) -> Any:
+        raise ValueError(f"{token} is not JSON")
+
+    return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+
+
+def changes_of(args: argparse.Namespace) -> Changes:
+    """The edits the arguments ask for; ``ValueError`` (a usage error) otherwise."""
+    given: dict[str, Any] = {}
+    for option in ("set_json", "set_string"):
+        for item in getattr(args, option):
+            key, sep, text = item.partition("=")
+            if not sep:
+                raise ValueError(f"{item!r}: give KEY=VALUE")
+            if key in given:
+                raise ValueError(f"key {key!r} given twice")
+            given[key] = text if option == "set_string" else _json_value(key, text)
+    for key in args.delete:
+        if key in given or args.delete.count(key) > 1:
+            raise ValueError(f"key {key!r} given twice")
+    if not given and not args.delete:
+        raise ValueError("nothing to do: give --set, --set-string or --delete")
+    return Changes(given, tuple(args.delete))
+
+
+def _json_value(key: str, text: str) -> Any:
+    source = f"--set {key}"
+    if text.startswith("@"):
+        source = text[1:]
+        with open(text[1:], encoding="utf-8") as f:  # OSError: an I/O error
+            text = f.read()
+    try:
+        return _strict_json(text)
+    except ValueError as exc:
+        raise ValueError(f"{source}: not a JSON value ({exc}); a string needs its quotes, "
+                         "or use --set-string") from exc  # fmt: skip
+
+
+def _emit(document: dict[str, Any]) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    assert isinstance(parser, _Parser)
+    parser.json_errors = "--json" in argv
+    args = parser.parse_args(argv)
+    try:
+        changes = changes_of(args)
+    except OSError as exc:
+        return _fail(args, EXIT_IO, f"cannot read {escape(str(exc.filename))}: {exc.strerror}")
+    except ValueError as exc:
+        parser.error(escape(str(exc)))
+    try:
+        kind, path = target(args.path)
+        edit = edit_set if kind == "set" else edit_file
+        summary = edit(path, changes, verify=not args.no_verify, dry_run=args.dry_run)
+    except KeyboardInterrupt:
+        return _fail(args, EXIT_INTERRUPTED, "interrupted; nothing was changed", "interrupted")
+    except EditRefused as exc:
+        return _fail(args, EXIT_REFUSED, escape(str(exc)), "refused")
+    except FormatError as exc:
+        return _refused(args, exc)
+    except OSError as exc:
+        return _fail(args, EXIT_IO, escape(str(exc)))
+    if args.json:
+        _emit(summary)
+    else:
+        _print_summary(summary)
+    return EXIT_OK
+
+
+def _fail(args: argparse.Namespace, status: int, message: str, word: str = "error") -> int:
+    if args.json:
+        _emit({"status": word, "exit_status": status, "error": {"message": message}})
+    else:
+        print(f"{'' if word == 'interrupted' else word + ': '}{message}", file=sys.stderr)
+    return status
+
+
+def _refused(args: argparse.Namespace, exc: FormatError) -> int:
+    """An input that fails its checks: the edit is refused with the check's code."""
+    if args.json:
+        _emit({"status": "refused", "exit_status": EXIT_REFUSED, "error": exc.to_dict()
+               | {"path": exc.path}})  # fmt: skip
+        return EXIT_REFUSED
+    print(f"refused: the input is not valid: {escape(str(exc))}", file=sys.stderr)
+    if exc.path:
+        print(f"  in {escape(exc.path)}", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    what = ", ".join([f"set {escape(k)}" for k in summary["set"]]
+                     + [f"deleted {escape(k)}" for k in summary["deleted"]])  # fmt: skip
+    where = escape(summary["path"])
+    if summary["status"] == "unchanged":
+        print(f"unchanged: {where} already holds this metadata; nothing was written")
+        return
+    verb = "would edit" if summary["status"] == "planned" else "edited"
+    print(f"{verb} {where} ({summary['kind']}): {what}")
+    for item in summary["files"]:
+        if not item["changed"]:
+            print(f"  {escape(item['name'])}: unchanged")
+        elif "size" in item:
+            print(f"  {escape(item['name'])}: {item['size']:,} bytes, metadata "
+                  f"{item['metadata_length']:,} bytes; payloads copied "
+                  f"{item['copied_by_kernel']:,} bytes by copy_file_range, "
+                  f"{item['copied_by_copy']:,} by read/write")  # fmt: skip
+    if summary["kind"] != "file" and summary["status"] == "edited":
+        print(f"  {SET_MANIFEST}: rewritten with the new sizes, header checksums and SHA-256")
+    if summary["status"] == "edited":
+        print(f"  verified: {'yes' if summary['verified'] else 'validated only (--no-verify)'}")
+
+
+def _entry_point() -> int:
+    """Console-script entry (``awq2-meta``): like main(), quiet when stdout closes early."""
+    try:
+        return main()
+    except BrokenPipeError:
+        sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(_entry_point())
