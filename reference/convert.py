@@ -290,7 +290,8 @@ def convert(
     written in plan order, so the bytes do not depend on ``jobs`` [CONV-3].  With
     ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
     at that size (:mod:`reference.sets.setwriter`) [SET-10]; with ``tp_size``, a rank set cut by
-    :mod:`reference.sets.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11]."""
+    :mod:`reference.sets.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11];
+    with both, each rank's part split at that size."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -304,8 +305,8 @@ def convert(
         sink: Writer | SetWriter | RankSetWriter
         if split is not None:
             sink = RankSetWriter(Path(dst_path), tp_size=split.plan.tp_size,
-                                 metadata=plan.metadata, check=check, writeback=jobs > 1,
-                                 jobs=jobs)  # fmt: skip
+                                 max_size=max_shard_size, metadata=plan.metadata, check=check,
+                                 writeback=jobs > 1, jobs=jobs)  # fmt: skip
         elif max_shard_size is None:
             sink = Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1)
         else:
@@ -335,7 +336,7 @@ def convert(
             bars.converting_done()
     summary = _summary(plan, dst_path)
     _members_summary(summary, sink, split)
-    if isinstance(sink, SetWriter):
+    if isinstance(sink, (SetWriter, RankSetWriter)) and max_shard_size is not None:
         summary["max_shard_size"] = max_shard_size
     summary["verified"] = verify
     summary["jobs"] = jobs
@@ -679,7 +680,9 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
             print(f"    {escape(name)}")
     if "tp_size" in summary:
         family = summary["tp_rule_family"] or "given by --tp-rules"
-        print(f"  a rank set for tensor parallelism {summary['tp_size']} (rules: {family}), "
+        limit = summary.get("max_shard_size")
+        each = "" if limit is None else f", each rank in files of at most {limit:,} bytes"
+        print(f"  a rank set for tensor parallelism {summary['tp_size']} (rules: {family}){each}, "
               f"listed by {SET_MANIFEST}:")  # fmt: skip
         for m in members:
             print(f"    {escape(m['name'])}  {m['size']:,} bytes")
@@ -842,8 +845,6 @@ def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | N
         return f"--tp must be at least 1, got {args.tp}"
     if args.tp is not None and args.dst is not None and not to_folder:
         return "--tp writes a rank set, which is a folder: DST must not end in .awq2"
-    if args.tp is not None and args.max_shard_size is not None:
-        return "--tp and --max-shard-size together are not supported yet"
     if args.tp_rules is not None and args.tp is None:
         return "--tp-rules needs --tp"
     return None

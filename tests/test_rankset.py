@@ -13,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,8 @@ from reference.sets.fileset import FileSet
 from reference.sets.setmanifest import rank_record
 from reference.sets.tpsplit import plan_for
 from spec.constants import ALIGNMENT, SET_MANIFEST
+
+CC = shlex.split(os.environ.get("CC") or "cc")
 
 #: T = 4 with 8 query heads and 2 key/value heads of 64: each KV head on two ranks; a
 #: vocabulary of 1000 rows, padded to 1024.  Every shard passes Marlin's shape rules.
@@ -226,7 +231,6 @@ def test_heads_that_do_not_match_the_layer_are_refused(
     "extra",
     [
         ["--tp", "0"],
-        ["--tp", "2", "--max-shard-size", "1MB"],
         ["--tp-rules", "rules.json"],
         ["--tp", "2", "--tp-rules", "missing.json"],
     ],
@@ -459,3 +463,117 @@ def test_rank_set_metadata_must_agree(tmp_path: Path) -> None:
     assert "m-rank0.awq2" in str(err) and "m-rank1.awq2" in str(err) and "'config'" in str(err)
     with reference.open(differ, rank=1) as one_rank:  # one rank open: nothing to compare
         assert one_rank.metadata == {"config": {"x": 2}, **rank_record(1, 2)}
+
+
+# ------------------------------------------------------------------ --tp with --max-shard-size
+
+#: Under the example Llama's rank files (about 3.4 MB each), over its largest layer.
+RANK_LIMIT = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def split_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The example Llama as a plain rank set for 2 ranks, and split by size (jobs=1 and 3)."""
+    tmp = tmp_path_factory.mktemp("tp2-split")
+    src = _source(tmp, LlamaShape())
+    convert_folder(src, tmp / "plain", jobs=1, tp_size=2)
+    convert_folder(src, tmp / "a", jobs=1, tp_size=2, max_shard_size=RANK_LIMIT)
+    convert_folder(src, tmp / "b", jobs=3, tp_size=2, max_shard_size=RANK_LIMIT)
+    return tmp / "plain", tmp / "a", tmp / "b"
+
+
+def test_split_ranks_are_named_listed_and_bounded(split_ranks: tuple[Path, Path, Path]) -> None:
+    """[SET-2, SET-10]: each rank in several members of at most the limit, named
+    ``model-tp2-rank{r}-0000i-of-0000n.awq2``, listed rank by rank with their rank."""
+    _plain, ranks, _b = split_ranks
+    files = json.loads((ranks / SET_MANIFEST).read_text(encoding="utf-8"))["files"]
+    per_rank = [[f for f in files if f["rank"] == r] for r in range(2)]
+    n = len(per_rank[0])
+    assert n > 1 and len(per_rank[1]) == n
+    assert [f["rank"] for f in files] == [0] * n + [1] * n
+    for r, listed in enumerate(per_rank):
+        assert [f["name"] for f in listed] == [
+            f"model-tp2-rank{r}-{i:05d}-of-{n:05d}.awq2" for i in range(1, n + 1)
+        ]
+    assert sorted(p.name for p in ranks.glob("*.awq2")) == sorted(f["name"] for f in files)
+    assert all(f["size"] <= RANK_LIMIT for f in files)
+
+
+def test_split_ranks_validate_verify_and_record_their_rank(
+    split_ranks: tuple[Path, Path, Path],
+) -> None:
+    """[SET-8, SET-14, SET-15]: the set passes full validation and verification; every member
+    records its own rank, and the metadata is otherwise the plain rank set's."""
+    plain, ranks, _b = split_ranks
+    with reference.open(plain) as p:
+        want = {k: v for k, v in p.members[0].metadata.items() if k != "awq2_rank"}
+    with reference.open(ranks, validate=True) as many:
+        many.verify()
+        assert isinstance(many, FileSet) and many.kind == "rank" and many.tp_size == 2
+        files = json.loads((ranks / SET_MANIFEST).read_text(encoding="utf-8"))["files"]
+        assert len(many.members) == len(files)
+        for member, listed in zip(many.members, files, strict=True):
+            meta = dict(member.metadata)
+            assert meta.pop("awq2_rank") == rank_record(listed["rank"], 2)["awq2_rank"]
+            assert meta == want
+
+
+def _fields(e: Any) -> tuple[Any, ...]:
+    return (e.dtype, e.shape, e.layout, e.length, e.data_crc, e.bits, e.group_size, e.k, e.n)
+
+
+def test_split_ranks_hold_the_plain_rank_sets_tensors(
+    split_ranks: tuple[Path, Path, Path],
+) -> None:
+    """[SET-11]: each rank's tensors are the plain rank set's, byte for byte, and no tensor
+    or layer is cut between members [SET-10]."""
+    plain, ranks, _b = split_ranks
+    for r in range(2):
+        with reference.open(plain, rank=r) as want, reference.open(ranks, rank=r) as got:
+            assert sorted(got.names()) == sorted(want.names())
+            for name in want.names():
+                assert _fields(got.entry(name)) == _fields(want.entry(name)), name
+                assert got.tensor(name).tobytes() == want.tensor(name).tobytes(), name
+            holder = {n: i for i, m in enumerate(got.members) for n in m.names()}
+            for prefix in got.layers():
+                parts = {holder[n] for n in holder if n.startswith(prefix + ".")}
+                assert len(parts) == 1, prefix
+
+
+def test_split_rank_bytes_do_not_depend_on_jobs(split_ranks: tuple[Path, Path, Path]) -> None:
+    """[CONV-3]: every member and the manifest byte-identical for --jobs 1 and 3."""
+    _plain, a, b = split_ranks
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_split_ranks_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--tp 2 --max-shard-size`` is no longer a usage error; the summary lists every member."""
+    src = _source(tmp_path, LlamaShape())
+    out = tmp_path / "out"
+    argv = [str(src), str(out) + "/", "--tp", "2", "--max-shard-size", "1MB", "--jobs", "1"]
+    assert convert_main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tp_size"] == 2 and doc["max_shard_size"] == 1_000_000
+    listed = json.loads((out / SET_MANIFEST).read_text(encoding="utf-8"))["files"]
+    assert [m["name"] for m in doc["members"]] == [f["name"] for f in listed]
+    assert convert_main([*argv, "--overwrite"]) == 0
+    text = capsys.readouterr().out
+    assert "each rank in files of at most 1,000,000 bytes" in text
+    assert all(f["name"] in text for f in listed)
+
+
+@pytest.mark.skipif(shutil.which(CC[0]) is None, reason=f"no C compiler ({CC[0]})")
+def test_the_c_loader_accepts_split_ranks(
+    split_ranks: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """The independent C loader reads and verifies the set whole."""
+    from conformance import run
+
+    binary = run.build_c_loader(tmp_path / "awq2c", extra_flags=("-Werror",))
+    proc = subprocess.run([str(binary), str(split_ranks[1])], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -36,6 +36,7 @@ LLAMA_LAYOUTS: dict[str, dict[str, Any]] = {
     "file": {},
     "split": {"max_shard_size": 400_000},
     "tp2": {"tp_size": 2},
+    "tp2split": {"tp_size": 2, "max_shard_size": 1_000_000},
 }
 WIDE_LAYOUTS: dict[str, dict[str, Any]] = {
     "file": {},

@@ -1,6 +1,7 @@
 """Writing sets: split by size (:class:`SetWriter`), or one file per tensor-parallel rank
 (:class:`RankSetWriter`, fed by the converter with each rank's cut from
-:mod:`reference.sets.tpsplit`) [SET-11].
+:mod:`reference.sets.tpsplit`) [SET-11], each rank's part itself split by size when a limit
+is given (``model-tp{T}-rank{r}-0000i-of-0000n.awq2``).
 
 A split set's members are filled in order, each at most ``max_size`` bytes.
 
@@ -82,12 +83,16 @@ class _Members:
     def close(self) -> list[Path]:
         raise NotImplementedError
 
-    def _write_manifest(self, kind: str, *, tp_size: int | None = None) -> None:
-        """Hash the closed members and write the manifest listing them [SET-2, SET-9]."""
+    def _write_manifest(
+        self, kind: str, *, tp_size: int | None = None, ranks: Sequence[int] = ()
+    ) -> None:
+        """Hash the closed members and write the manifest listing them [SET-2, SET-9]; in a
+        rank set, ``ranks[i]`` is member ``i``'s rank."""
         with ThreadPoolExecutor(self._jobs, thread_name_prefix="set-sha256") as pool:
             described = list(pool.map(_describe, self.members))
-        if kind == "rank":  # member r holds rank r
-            described = [dataclasses.replace(m, rank=r) for r, m in enumerate(described)]
+        if kind == "rank":
+            described = [dataclasses.replace(m, rank=r)
+                         for r, m in zip(ranks, described, strict=True)]  # fmt: skip
         text = manifest_text(Manifest(kind, tuple(described), tp_size=tp_size))
         folder.write_text(self.out / SET_MANIFEST, text)
 
@@ -186,23 +191,32 @@ class SetWriter(_Members):
         return self.members
 
 
-def rank_member_name(rank: int, tp_size: int) -> str:
-    """The name of rank ``rank``'s file in a rank set cut for ``tp_size`` ranks."""
-    return f"model-tp{tp_size}-rank{rank}.awq2"
+def rank_member_name(rank: int, tp_size: int, i: int = 1, count: int = 1) -> str:
+    """The name of member ``i`` (from 1) of ``count`` holding rank ``rank`` of a rank set cut
+    for ``tp_size`` ranks: ``model-tp{T}-rank{r}.awq2`` when the rank is one file, else
+    ``model-tp{T}-rank{r}-0000i-of-0000n.awq2`` (the rank's own split set)."""
+    if count == 1:
+        return f"model-tp{tp_size}-rank{rank}.awq2"
+    return f"model-tp{tp_size}-rank{rank}-{i:05d}-of-{count:05d}.awq2"
 
 
 class RankSetWriter(_Members):
-    """One member per tensor-parallel rank in ``out`` (an existing, empty folder): rank ``r``'s
-    file receives rank ``r``'s part of every step [SET-7, SET-11].  Every member gets the same
-    metadata plus its own record, ``awq2_rank: {"rank": r, "tp_size": T}`` [SET-14, SET-15].
-    As :class:`SetWriter`, every member stays open until :meth:`close`, which hashes them and
-    writes the manifest (``kind: "rank"``) last."""
+    """Every tensor-parallel rank's members in ``out`` (an existing, empty folder): rank
+    ``r``'s members receive rank ``r``'s part of every step [SET-7, SET-11].  Every member gets
+    the same metadata plus its own record, ``awq2_rank: {"rank": r, "tp_size": T}`` [SET-14,
+    SET-15].  Without ``max_size`` each rank is one file; with it, each rank's part is filled
+    in order into members of at most ``max_size`` bytes as :class:`SetWriter` fills a split
+    set (a step never split, a full member parked) [SET-10], so a rank's members form that
+    rank's split set.  As with :class:`SetWriter`, no member is finished before :meth:`close`,
+    which names and hashes them and writes the manifest (``kind: "rank"``, rank 0's members
+    first, each rank's in order) last."""
 
     def __init__(
         self,
         out: Path,
         *,
         tp_size: int,
+        max_size: int | None = None,
         metadata: Mapping[str, Any] | None = None,
         check: Callable[[Path], None] | None = None,
         writeback: bool = False,
@@ -210,42 +224,91 @@ class RankSetWriter(_Members):
     ) -> None:
         if tp_size < 1:
             raise ValueError(f"tp_size must be at least 1, got {tp_size}")
+        if max_size is not None and max_size < 1:
+            raise ValueError(f"max_size must be at least 1, got {max_size}")
         self.out, self.tp_size, self._jobs = Path(out), tp_size, max(1, jobs)
-        self._writers: list[Writer] = []
+        self.max_size = max_size
+        self._check, self._writeback = check, writeback
+        self._metadata = metadata
+        self._ranks: list[list[Writer]] = [[] for _ in range(tp_size)]  # each rank's members
+        self._steps: list[list[int]] = [[] for _ in range(tp_size)]  # steps in each member
         self.members: list[Path] = []
         try:
-            for rank in range(tp_size):
-                path = self.out / rank_member_name(rank, tp_size)
-                self._writers.append(Writer(path, metadata=self._own(metadata, rank),
-                                            check=check, writeback=writeback))  # fmt: skip
+            for rank in range(tp_size):  # an empty model is one empty member per rank
+                self._new_member(rank)
         except BaseException:
             self.abort()
             raise
 
+    def abort(self) -> None:
+        """Drop every member still open (the caller removes the folder it gave)."""
+        for writers in self._ranks:
+            while writers:
+                writers.pop().abort()
+
     def add_ranks(self, per_rank: Sequence[Iterable[StoredTensor]]) -> None:
-        """One step: ``per_rank[r]`` is what rank ``r``'s file stores of it."""
+        """One step: ``per_rank[r]`` is what rank ``r``'s members store of it, in the open
+        member of that rank, or in a new one when it would take that member over
+        ``max_size`` [SET-10]."""
         if len(per_rank) != self.tp_size:
             raise ValueError(f"{len(per_rank)} parts for {self.tp_size} ranks")
-        for writer, tensors in zip(self._writers, per_rank, strict=True):
+        for rank, tensors in enumerate(per_rank):
+            tensors = list(tensors)
+            writer = self._ranks[rank][-1]
+            if self.max_size is not None and self._steps[rank][-1]:
+                wanted = [(t.name, t.array.nbytes, t.array.ndim) for t in tensors]
+                if writer.size_with(wanted) > self.max_size:
+                    writer = self._new_member(rank)
             for t in tensors:
                 writer.add(t.name, t.array, **t.fields)
+            self._steps[rank][-1] += 1
+
+    def _new_member(self, rank: int) -> Writer:
+        writers = self._ranks[rank]
+        if writers:  # the full member keeps no descriptor until close [SET-10]
+            writers[-1].park()
+        path = self.out / f"part-rank{rank}-{len(writers) + 1:05d}.awq2"
+        writers.append(Writer(path, metadata=self._own(self._metadata, rank),
+                              check=self._check, writeback=self._writeback))  # fmt: skip
+        self._steps[rank].append(0)
+        return writers[-1]
 
     def _own(self, metadata: Mapping[str, Any] | None, rank: int) -> dict[str, Any]:
         """``metadata`` as rank ``rank``'s member stores it: with its own record [SET-15]."""
         return {**(metadata or {}), **rank_record(rank, self.tp_size)}
 
     def set_metadata(self, metadata: Mapping[str, Any] | None) -> None:
-        """Metadata for every rank's file (the same in each, but for its own record)."""
-        for rank, writer in enumerate(self._writers):
-            writer.set_metadata(self._own(metadata, rank))
+        """Metadata for every member (the same in each, but for its own record); the same
+        length keeps the sizes planned."""
+        self._metadata = metadata
+        for rank, writers in enumerate(self._ranks):
+            for writer in writers:
+                writer.set_metadata(self._own(metadata, rank))
 
     def close(self) -> list[Path]:
-        """Close every member, hash them and write the manifest; the members' paths."""
-        closed = []
-        while self._writers:
-            closed.append(self._writers.pop(0).close())
-        self.members = [Path(p) for p in closed]
-        self._write_manifest("rank", tp_size=self.tp_size)
+        """Close every member, name them, hash them and write the manifest; the members'
+        paths, rank by rank.  A member over the limit holding more than one step fails it
+        (metadata that grew after the split was planned)."""
+        if self.max_size is not None:
+            for writers, steps in zip(self._ranks, self._steps, strict=True):
+                for writer, count in zip(writers, steps, strict=True):
+                    if count > 1 and writer.size_with() > self.max_size:
+                        raise ValueError(f"{writer.path.name} would be {writer.size_with()} "
+                                         f"bytes, over the limit of {self.max_size} "
+                                         "[SET-10]")  # fmt: skip
+        members: list[Path] = []
+        ranks: list[int] = []
+        for rank, writers in enumerate(self._ranks):
+            closed = []
+            while writers:
+                closed.append(Path(writers.pop(0).close()))
+            for i, path in enumerate(closed, start=1):
+                final = self.out / rank_member_name(rank, self.tp_size, i, len(closed))
+                os.rename(path, final)
+                members.append(final)
+                ranks.append(rank)
+        self.members = members
+        self._write_manifest("rank", tp_size=self.tp_size, ranks=ranks)
         return self.members
 
 
