@@ -15,14 +15,23 @@ encoding (sorted keys, no spaces) [WR-1], so the edited file is byte for byte wh
 
 PATH is a file, a model folder holding ``model.awq2``, or a set (its folder or its manifest).
 Every member of a set gets the same edit; each member's own record of its rank
-(``awq2_rank``) stays as it is [SET-14, SET-15].  The set is fully validated first; every
-new member is written, verified and hashed beside the old one before anything is renamed,
-then the members and, last, the manifest with their new sizes, header checksums and SHA-256
-are renamed into place in one burst, with SIGINT, SIGTERM and SIGHUP held off.  That burst
-is not atomic across files: a crash of the machine (or SIGKILL) inside it leaves members
-that the old manifest does not describe (``SET_FILE_MISMATCH`` on open) until the command
-is run again on a backup.  No byte is written during it, so it lasts as long as one rename
-per member.
+(``awq2_rank``) stays as it is [SET-14, SET-15].  A set is replaced whole, never file by
+file: it is fully validated first, then a new folder is built beside it (a partial folder,
+:func:`reference.write.partial.create_folder`, named and locked so that the next run can tell
+one left by a killed run and removes it, saying so) holding every edited member, written,
+verified and hashed, the new manifest with their sizes, header checksums and SHA-256, and
+every other entry of the set's folder (a file hard-linked, or copied where the file system
+refuses a link; a symbolic link made again with the same target).  The new set is validated
+whole, then the two folders are exchanged in one step, ``renameat2(RENAME_EXCHANGE)``, and the
+old set, now under the partial name, is removed, with SIGINT, SIGTERM and SIGHUP held off.  A
+crash at any moment leaves the old set or the new one at PATH, never a mixture; what is left
+beside it is a partial folder the next run removes.  Where the kernel or the file system
+cannot exchange two folders (not Linux, ENOSYS, EINVAL), the old set is renamed aside and the
+new one into its place, as ``awq2-convert --overwrite`` does: between those two renames no
+folder has the name, and a crash there leaves the old set in a ``.awq2-replaced-*`` folder
+beside it.  Refused before anything is written: a set's folder that holds a sub-folder or a
+special file (not carried over: move it out), a mount point, and a folder or parent this
+process may not write.
 
 Refused (exit 1, nothing written): a key the spec reserves (``awq2_rank``), deleting a key
 the metadata does not hold, metadata a reader would refuse (a number over 100 bytes or out
@@ -31,16 +40,18 @@ fails validation or verification.  An edit that changes nothing writes nothing (
 ``unchanged``).
 
 Exit status: 0 done (or unchanged, or planned with ``--dry-run``), 1 refused, 2 usage
-error, 3 I/O error, 130 interrupted (before the renames: nothing changed).  With ``--json``
+error, 3 I/O error, 130 interrupted (before the exchange: nothing changed).  With ``--json``
 every outcome is one JSON document on stdout, as ``awq2-convert`` prints it.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -56,7 +67,7 @@ from reference.ground.errors import FormatError
 from reference.ground.files import open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet
-from reference.sets.folder import MODEL_FILE
+from reference.sets.folder import MODEL_FILE, exchange_folders, swap_in
 from reference.sets.setmanifest import Manifest, parse_manifest
 from reference.write import partial
 from reference.write.rangecopy import Copied, copy_range
@@ -71,6 +82,10 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ct
 RESERVED_KEYS = (SET_RANK_KEY,)  # [SET-15]
 _HASH_CHUNK = 8 << 20
 _HELD_OFF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: A hard link refused by the file system (or by protected_hardlinks): the file is copied.
+_NO_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK)
+#: ``renameat2(RENAME_EXCHANGE)`` unavailable: the two renames of ``--overwrite`` instead.
+_NO_EXCHANGE = (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
 class EditRefused(ValueError):
@@ -187,18 +202,20 @@ def write_edited(reader: Reader, metadata: bytes, dest: Path) -> Edited:
     return Edited(dest, tmp, file, copied, size, header_crc, len(metadata))
 
 
-def check_edited(edited: Edited, *, verify: bool) -> None:
+def check_edited(edited: Edited, *, verify: bool, source: Path | None = None) -> None:
     """Full validation of the partial and, with ``verify``, every payload checksum [RD-2,
-    ENT-10]; a failure names the file being edited (its payloads are the ones copied)."""
+    ENT-10]; a failure names the file being edited, ``source`` (by default the destination):
+    its payloads are the ones copied."""
     assert edited.tmp is not None
+    named = edited.dest if source is None else source
     try:
         with Reader(edited.tmp) as reader:
             reader.validate()
             if verify:
                 reader.verify()
     except FormatError as exc:
-        exc.path = str(edited.dest)
-        exc.message = f"{edited.dest.name}: {exc.message} (found in its edited copy)"
+        exc.path = str(named)
+        exc.message = f"{named.name}: {exc.message} (found in its edited copy)"
         raise
 
 
@@ -210,8 +227,10 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool) -> Edited | None:
-    """The edited version of one file, written and checked (None: nothing to change)."""
+def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool,
+             dest: Path | None = None) -> Edited | None:  # fmt: skip
+    """The edited version of one file, written (as ``dest``'s partial; ``path``'s by default)
+    and checked (None: nothing to change)."""
     with Reader(path) as reader:
         reader.validate()  # the original first, so that its own errors name it [RD-2]
         old = reader.metadata
@@ -222,9 +241,9 @@ def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool) -> Edit
             return None
         if not write:
             return Edited(path, None, None, Copied(), 0, 0, len(raw))
-        edited = write_edited(reader, raw, path)
+        edited = write_edited(reader, raw, path if dest is None else dest)
     try:
-        check_edited(edited, verify=verify)
+        check_edited(edited, verify=verify, source=path)
     except BaseException:
         edited.discard()
         raise
@@ -248,35 +267,131 @@ def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = 
 
 def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
              dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Edit every member of the set in ``folder`` and its manifest (see the module's
-    docstring for what a crash leaves); the summary ``--json`` prints."""
+    """Edit every member of the set in ``folder`` and its manifest: the edited set is built
+    whole in a partial folder beside it, then the two folders are exchanged in one step (see
+    the module's docstring); the summary ``--json`` prints."""
     folder = Path(folder)
-    manifest_path = folder / SET_MANIFEST
     with FileSet(folder, validate=True, max_open=1) as opened:  # [SET-8]
         manifest = opened.manifest
-    for member in manifest.members:
-        _remove_stale(folder / member.name)
-    _remove_stale(manifest_path)
-    done: list[tuple[Path, Edited | None]] = []
-    try:
-        for member in manifest.members:
-            path = folder / member.name
-            edited = _prepare(path, changes, verify=verify, write=not dry_run)
-            if edited is not None and edited.tmp is not None and edited.file is not None:
-                edited.sha256 = _sha256(edited.tmp)
-                edited.file.close()  # parked: this process lives, so no clean-up takes it
-                edited.file = None
-            done.append((path, edited))
-        if not dry_run and any(edited is not None for _, edited in done):
-            text = _manifest_with(manifest_path, manifest, [edited for _, edited in done])
-            _publish_set(manifest_path, text, [e for _, e in done if e is not None])
-    except BaseException:
-        for _, edited in done:
-            if edited is not None:
-                edited.discard()
-        raise
+    planned = [(folder / m.name, _prepare(folder / m.name, changes, verify=False, write=False))
+               for m in manifest.members]  # fmt: skip
     kind = manifest.kind
-    return _summary(kind, folder, changes, done, dry_run=dry_run, verify=verify)
+    if all(edited is None for _, edited in planned):
+        return _summary(kind, folder, changes, planned, dry_run=dry_run, verify=verify)
+    real = folder.resolve()
+    check_replaceable(real, folder)
+    if dry_run:
+        return _summary(kind, folder, changes, planned, dry_run=True, verify=verify)
+    _remove_stale_folders(real)
+    for name in (*(m.name for m in manifest.members), SET_MANIFEST):
+        _remove_stale(folder / name)
+    tmp, lock = partial.create_folder(real)  # named and locked: a killed run's is found
+    try:
+        done = _build_set(folder, tmp, manifest, changes, verify=verify)
+        with _signals_held():
+            _exchange_into_place(tmp, real)
+            shutil.rmtree(tmp, ignore_errors=True)  # the old set, now under the partial name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failure before the exchange: the new set
+        os.close(lock)
+    _fsync_dir(real.parent)
+    return _summary(kind, folder, changes, done, dry_run=False, verify=verify)
+
+
+def check_replaceable(real: Path, shown: Path) -> None:
+    """Refuse (:class:`EditRefused`), before anything is written, a set's folder that cannot be
+    rebuilt beside itself and exchanged: a mount point, a folder or parent this process may not
+    write, a sub-folder or anything but a file or a link inside it."""
+    parent = real.parent
+    if real == parent or os.path.ismount(real) or os.stat(real).st_dev != os.stat(parent).st_dev:
+        raise EditRefused(f"{shown} is a mount point: a set is edited by building the new one "
+                          "in a folder beside it and exchanging the two, which cannot cross "
+                          "file systems; nothing was written")  # fmt: skip
+    for where in (parent, real):
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise EditRefused(f"{where} is not writable: a set is edited by building the new "
+                              f"one beside {shown} in {parent} and exchanging the two, then "
+                              "removing the old; nothing was written")  # fmt: skip
+    for entry in sorted(os.scandir(real), key=lambda e: e.name):
+        if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+            continue
+        what = "the sub-folder" if entry.is_dir(follow_symlinks=False) else "the special file"
+        raise EditRefused(f"{shown} holds {what} {entry.name!r}: a set is edited by building "
+                          "a new folder with every entry of the old one and exchanging the two, "
+                          "and awq2-meta copies no sub-folder or special file; move it out of "
+                          "the set's folder (or edit a copy of the set) and run again; nothing "
+                          "was written")  # fmt: skip
+
+
+def _build_set(folder: Path, tmp: Path, manifest: Manifest, changes: Changes, *,
+               verify: bool) -> list[tuple[Path, Edited | None]]:  # fmt: skip
+    """Fill the partial folder ``tmp``: every edited member written, verified and hashed, the
+    new manifest, and every other entry of ``folder``; then validate it whole [SET-8]."""
+    done: list[tuple[Path, Edited | None]] = []
+    for member in manifest.members:
+        path = folder / member.name
+        edited = _prepare(path, changes, verify=verify, write=True, dest=tmp / member.name)
+        if edited is not None and edited.tmp is not None:
+            edited.sha256 = _sha256(edited.tmp)
+            edited.publish()  # inside the partial folder: nothing is visible yet
+        done.append((path, edited))
+    manifest_path = folder / SET_MANIFEST
+    text = _manifest_with(manifest_path, manifest, [edited for _, edited in done])
+    mode = stat.S_IMODE(os.stat(manifest_path).st_mode)
+    with open(tmp / SET_MANIFEST, "xb") as file:
+        os.fchmod(file.fileno(), mode)
+        file.write(text.encode("utf-8"))
+        file.flush()
+        os.fsync(file.fileno())
+    written = {SET_MANIFEST, *(path.name for path, edited in done if edited is not None)}
+    _carry_over(folder, tmp, written)
+    os.chmod(tmp, stat.S_IMODE(os.stat(folder).st_mode))  # mkdtemp made it 0700
+    _fsync_dir(tmp)
+    with FileSet(tmp, validate=True, max_open=1):  # the new set, whole, before it is shown
+        pass
+    return done
+
+
+def _carry_over(folder: Path, tmp: Path, written: set[str]) -> None:
+    """Every entry of ``folder`` not rewritten, into ``tmp``: a regular file hard-linked (copied
+    where the file system refuses a link), a symbolic link made again with the same target."""
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name in written:
+            continue
+        dest = tmp / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), dest)
+        elif entry.is_file(follow_symlinks=False):
+            try:
+                os.link(entry.path, dest, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno not in _NO_LINK:
+                    raise
+                _copy_file(Path(entry.path), dest)
+        else:  # a sub-folder or special file that came after the check
+            raise EditRefused(f"{folder}: {entry.name!r} is neither a file nor a link (it came "
+                              "while the set was being edited); nothing changed")  # fmt: skip
+
+
+def _copy_file(src: Path, dest: Path) -> None:
+    shutil.copy2(src, dest, follow_symlinks=False)
+    with open(dest, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _exchange_into_place(tmp: Path, real: Path) -> None:
+    """Put the new set (``tmp``) in the place of the old: one ``renameat2(RENAME_EXCHANGE)``,
+    after which the old set is under the partial name (the caller removes it); where the
+    kernel or the file system cannot exchange, the two renames of ``--overwrite``."""
+    try:
+        exchange_folders(tmp, real)
+    except OSError as exc:
+        if exc.errno not in _NO_EXCHANGE:
+            raise
+        print(f"awq2-meta: this system cannot exchange two folders in one step "
+              f"({exc.strerror}); the old set is moved aside and the new one renamed in its "
+              "place", file=sys.stderr)  # fmt: skip
+        swap_in(tmp, real)
 
 
 def _manifest_with(manifest_path: Path, manifest: Manifest,
@@ -295,26 +410,6 @@ def _manifest_with(manifest_path: Path, manifest: Manifest,
             item.update(size=edited.size, header_crc=f"{edited.header_crc:08x}",
                         sha256=edited.sha256)  # fmt: skip
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-
-
-def _publish_set(manifest_path: Path, text: str, edits: Sequence[Edited]) -> None:
-    """Write the new manifest beside the old, then rename every member and the manifest,
-    last, with the signals that end a process held off until every rename is made."""
-    tmp, file = partial.create(manifest_path)
-    try:
-        with file:
-            os.fchmod(file.fileno(), stat.S_IMODE(os.stat(manifest_path).st_mode))
-            file.write(text.encode("utf-8"))
-            file.flush()
-            os.fsync(file.fileno())
-        with _signals_held():
-            for edited in edits:
-                edited.publish()
-            os.replace(tmp, manifest_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(manifest_path.parent)
 
 
 @contextmanager
@@ -336,6 +431,15 @@ def _signals_held() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _remove_stale_folders(real: Path) -> None:
+    """Partial folders of the set's folder left by a killed edit (a new set never exchanged,
+    or an old one not yet removed): removed, and said."""
+    for leftover in partial.stale_partials(real, folders=True):
+        print(f"removing a partial folder left by an interrupted run: {escape(str(leftover))}",
+              file=sys.stderr)  # fmt: skip
+        shutil.rmtree(leftover)
 
 
 def _remove_stale(dest: Path) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,16 @@ import pytest
 from reference import metaedit
 from reference.format.layers import StoredTensor
 from reference.format.reader import Reader
+from reference.sets import folder as setfolder
 from reference.sets.fileset import FileSet
 from reference.sets.setwriter import RankSetWriter, save_set
 from reference.write import rangecopy
+from reference.write.partial import FOLDER_SUFFIX
 from reference.write.rangecopy import copy_range
 from reference.write.writer import save
 from spec.constants import SET_MANIFEST, SET_RANK_KEY, SLAB_OFFSET
+
+ROOT = Path(__file__).resolve().parent.parent
 
 OLD = {"config": {"architectures": ["LlamaForCausalLM"], "eos_token_id": 2}, "provenance": "p"}
 NEW = {"config": {"architectures": ["LlamaForCausalLM"], "eos_token_id": 2}, "license": "mit"}
@@ -239,19 +246,150 @@ def test_copy_range_copies_a_range_and_refuses_a_short_source(tmp_path: Path) ->
 # ------------------------------------------------------------------ sets
 
 
+def _tree(top: Path) -> dict[str, Any]:
+    """Every entry under ``top``, hidden ones included: a file's bytes, a link's target, a
+    folder as such."""
+    tree: dict[str, Any] = {}
+    for path in sorted(top.rglob("*")):
+        key = str(path.relative_to(top))
+        if path.is_symlink():
+            tree[key] = ("link", os.readlink(path))
+        elif path.is_dir():
+            tree[key] = "folder"
+        else:
+            tree[key] = path.read_bytes()
+    return tree
+
+
+def _split_set(folder: Path, metadata: dict[str, Any]) -> None:
+    """A split set in a model folder with the other files a checkpoint has."""
+    save_set(folder, _tensors(), max_size=80_000, metadata=metadata)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
+    (folder / "tokenizer.json").write_bytes(b'{"model": {"vocab": {"a": 0}}}')
+    os.symlink("tokenizer.json", folder / "tokenizer.model")
+    os.symlink("../elsewhere", folder / "outside")  # dangling: kept as the same link
+
+
 def test_a_split_set_is_what_the_set_writer_writes_with_the_new_metadata(tmp_path: Path) -> None:
     old, expected = tmp_path / "old", tmp_path / "expected"
-    save_set(old, _tensors(), max_size=80_000, metadata=OLD)
-    save_set(expected, _tensors(), max_size=80_000, metadata=NEW)
+    _split_set(old, OLD)
+    _split_set(expected, NEW)
     assert len(list(old.glob("*.awq2"))) >= 3
     slabs = {p.name: _slab(p) for p in old.glob("*.awq2")}
+    inodes = {name: (old / name).stat().st_ino for name in ("config.json", "tokenizer.json")}
+    folder_inode = old.stat().st_ino
     document = _run_json([str(old), *EDIT])
     assert document["kind"] == "split" and all(f["changed"] for f in document["files"])
-    assert _snapshot(old) == _snapshot(expected)  # members and manifest, byte for byte
+    assert _tree(old) == _tree(expected)  # members, manifest, other files and links
     assert {p.name: _slab(p) for p in old.glob("*.awq2")} == slabs
+    assert {name: (old / name).stat().st_ino for name in inodes} == inodes  # hard-linked
+    assert old.stat().st_ino != folder_inode  # a new folder took the name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expected", "old"]  # no partial
     with FileSet(old, validate=True) as fileset:
         fileset.verify()
         assert fileset.metadata == NEW
+
+
+def test_a_failure_before_the_exchange_leaves_the_set_and_no_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _split_set(tmp_path / "set", OLD)
+    before = _tree(tmp_path)
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(metaedit, "check_edited", failing)
+    assert _run_json([str(tmp_path / "set"), *EDIT])["exit_status"] == metaedit.EXIT_IO
+    assert _tree(tmp_path) == before
+
+
+def test_a_kill_just_before_the_exchange_leaves_the_set_and_the_next_run_cleans_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, expected = tmp_path / "set", tmp_path / "expected"
+    _split_set(folder, OLD)
+    _split_set(expected, NEW)
+    before = _tree(folder)
+    script = (
+        "import os, signal, sys\n"
+        "from reference import metaedit\n"
+        "metaedit.exchange_folders = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"sys.exit(metaedit.main({[str(folder), *EDIT]!r}))\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert _tree(folder) == before  # the old set, byte for byte, and valid
+    with FileSet(folder, validate=True) as fileset:
+        fileset.verify()
+    (left,) = [p for p in tmp_path.iterdir() if p.name.endswith(FOLDER_SUFFIX)]
+    assert metaedit.main([str(folder), *EDIT]) == 0
+    assert (
+        f"removing a partial folder left by an interrupted run: {left}" in capsys.readouterr().err
+    )
+    assert _tree(folder) == _tree(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expected", "set"]
+
+
+def test_where_folders_cannot_be_exchanged_two_renames_give_the_same_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, expected = tmp_path / "set", tmp_path / "expected"
+    _split_set(folder, OLD)
+    _split_set(expected, NEW)
+
+    def unavailable(a: Path, b: Path) -> None:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(metaedit, "exchange_folders", unavailable)
+    assert metaedit.main([str(folder), *EDIT]) == 0
+    assert "cannot exchange two folders in one step" in capsys.readouterr().err
+    assert _tree(folder) == _tree(expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["expected", "set"]
+
+
+def test_renameat2_exchanges_two_folders(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    try:
+        setfolder.exchange_folders(a, b)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            pytest.skip(f"no RENAME_EXCHANGE here: {exc}")
+        raise
+    assert not (a / "x").exists() and (b / "x").read_text() == "a"
+    with pytest.raises(OSError) as missing:
+        setfolder.exchange_folders(a, tmp_path / "none")
+    assert missing.value.errno == errno.ENOENT
+
+
+def test_a_set_folder_with_a_sub_folder_is_refused(tmp_path: Path) -> None:
+    _split_set(tmp_path / "set", OLD)
+    (tmp_path / "set" / "original").mkdir()
+    (tmp_path / "set" / "original" / "consolidated.pth").write_bytes(b"weights")
+    before = _tree(tmp_path)
+    result = _run_json([str(tmp_path / "set"), *EDIT])
+    assert result["exit_status"] == metaedit.EXIT_REFUSED
+    assert "the sub-folder 'original'" in result["error"]["message"]
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("why", ["mount point", "not writable"])
+def test_a_mount_point_or_an_unwritable_parent_is_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    folder = tmp_path / "set"
+    _split_set(folder, OLD)
+    before = _tree(tmp_path)
+    if why == "mount point":
+        monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == folder)
+    else:  # root may write anywhere: the permission is what os.access answers
+        monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path)
+    result = _run_json([str(folder), *EDIT])
+    assert result["exit_status"] == metaedit.EXIT_REFUSED and why in result["error"]["message"]
+    assert _tree(tmp_path) == before
 
 
 def _rank_set(out: Path, metadata: dict[str, Any]) -> None:
@@ -285,10 +423,11 @@ def test_a_set_with_a_damaged_member_is_left_as_it_was(tmp_path: Path) -> None:
     data = bytearray(last.read_bytes())
     data[SLAB_OFFSET] ^= 1  # found by verification, after the first members are written
     last.write_bytes(bytes(data))
-    before = _snapshot(folder)
+    before = _tree(tmp_path)
     result = _run_json([str(folder), *EDIT])
     assert result["status"] == "refused" and result["error"]["code"] == "BAD_TENSOR_CHECKSUM"
-    assert _snapshot(folder) == before  # no member renamed, no partial left
+    assert result["error"]["path"] == str(last)  # the member, not its copy in the partial
+    assert _tree(tmp_path) == before  # nothing exchanged, no partial folder left
 
 
 def test_a_set_that_fails_validation_is_refused(tmp_path: Path) -> None:

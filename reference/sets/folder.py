@@ -29,11 +29,14 @@ only read, and a DST that holds the source is never replaced.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fnmatch
 import os
+import platform
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -236,6 +239,41 @@ def _swap_in(new: Path, dst: Path, parent: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def swap_in(new: Path, dst: Path) -> None:
+    """Replace the folder ``dst`` by ``new`` in two renames, as ``--overwrite`` does: ``dst``
+    aside, ``new`` in its place, the old one deleted (put back if ``new`` cannot take the
+    name).  Between the two renames no folder has the name ``dst``."""
+    _swap_in(new, dst, dst.parent if str(dst.parent) else Path("."))
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_SYS_RENAMEAT2 = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276}
+
+
+def exchange_folders(a: Path, b: Path) -> None:
+    """Exchange the two paths in one step, ``renameat2(RENAME_EXCHANGE)``: a reader sees the
+    one or the other at each name, never none.  ``OSError`` with ``ENOSYS`` where the call is
+    missing (not Linux, an old C library and no known syscall number), ``EINVAL`` (or
+    ``EOPNOTSUPP``) from a file system that cannot exchange."""
+    if not sys.platform.startswith("linux"):
+        raise OSError(errno.ENOSYS, "renameat2(RENAME_EXCHANGE) is Linux's")
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = (ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(a)),
+            ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(b)),
+            ctypes.c_uint(_RENAME_EXCHANGE))  # fmt: skip
+    if hasattr(libc, "renameat2"):
+        result = libc.renameat2(*args)
+    elif platform.machine().lower() in _SYS_RENAMEAT2:
+        number = _SYS_RENAMEAT2[platform.machine().lower()]
+        result = libc.syscall(ctypes.c_long(number), *args)
+    else:
+        raise OSError(errno.ENOSYS, "no renameat2 in this C library")
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot exchange {a} and {b}: {os.strerror(code)}")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -251,11 +289,13 @@ __all__ = [
     "FolderPlan",
     "check_folder_paths",
     "copy_file",
+    "exchange_folders",
     "is_folder_destination",
     "plan_folder",
     "publishing",
     "servable_config",
     "servable_quantization_config",
     "stale_partial_folders",
+    "swap_in",
     "write_text",
 ]
