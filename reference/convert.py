@@ -58,12 +58,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from reference import __version__
 from reference.format.layers import PARTS, StoredTensor, encode_linear
 from reference.format.reader import Reader
 from reference.ground import scratch
+from reference.ground.cli import JsonUsageParser, emit_json
 from reference.ground.errors import FormatError, error
 from reference.ground.files import open_regular
 from reference.ground.parallel import available_cores
@@ -701,21 +702,8 @@ def _print_summary(summary: dict[str, Any], *, dry_run: bool) -> None:
               "mapped file pages included")  # fmt: skip
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that with ``--json`` a usage error is a JSON document on stdout, like
-    every other outcome."""
-
-    json_errors = False
-
-    def error(self, message: str) -> NoReturn:
-        if self.json_errors:
-            _emit({"status": "error", "exit_status": EXIT_USAGE, "error": {"message": message}})
-            sys.exit(EXIT_USAGE)
-        super().error(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = JsonUsageParser(
         prog="awq2-convert",
         description="Convert an AWQ v1 (AutoAWQ GEMM) or compressed-tensors pack-quantized "
         "(llm-compressor W4A16) checkpoint to AWQ-v2. Layers are stored "
@@ -828,10 +816,6 @@ def check_paths(
     return None
 
 
-def _emit(document: dict[str, Any]) -> None:
-    print(json.dumps(document, indent=2))
-
-
 def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
     """What the options ask for that cannot be done, or None."""
     if args.dst is None and not args.dry_run:
@@ -856,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on stdout either way."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    assert isinstance(parser, _Parser)
+    assert isinstance(parser, JsonUsageParser)
     parser.json_errors = "--json" in argv
     args = parser.parse_args(argv)
     problem = _usage(parser, args)
@@ -887,7 +871,7 @@ class _Report:
 
     def error(self, exit_status: int, message: str, *, status: str = "error") -> int:
         if self.json:
-            _emit({"status": status, "exit_status": exit_status, "error": {"message": message}})
+            emit_json({"status": status, "exit_status": exit_status, "error": {"message": message}})
         else:
             print(f"{'' if status == 'interrupted' else 'error: '}{message}", file=sys.stderr)
         return exit_status
@@ -897,7 +881,7 @@ class _Report:
             detail = {"code": exc.code, "message": exc.message, "offset": exc.offset,
                       "expected": _jsonable(exc.expected), "found": _jsonable(exc.found),
                       "path": exc.path}  # fmt: skip
-            _emit({"status": "refused", "exit_status": EXIT_REFUSED, "error": detail})
+            emit_json({"status": "refused", "exit_status": EXIT_REFUSED, "error": detail})
             return EXIT_REFUSED
         print(f"refused: [{exc.code}] {escape(exc.message)}", file=sys.stderr)
         if exc.expected is not None or exc.found is not None:
@@ -958,7 +942,7 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
     for skipped in summary.get("not_copied", ()):  # said even with --quiet
         report.note(f"not copied: {skipped['name']} ({skipped['reason']})")
     if args.json:
-        _emit({"status": "planned" if args.dry_run else "converted", "exit_status": EXIT_OK,
+        emit_json({"status": "planned" if args.dry_run else "converted", "exit_status": EXIT_OK,
                **summary})  # fmt: skip
     elif not args.quiet:
         _print_summary(summary, dry_run=args.dry_run)

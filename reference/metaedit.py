@@ -59,12 +59,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO
 
 from reference.format.metadata import encode_metadata
 from reference.format.reader import Reader
+from reference.ground.cli import JsonUsageParser
 from reference.ground.errors import FormatError
-from reference.ground.files import open_regular
+from reference.ground.files import fsync_dir, open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet
 from reference.sets.folder import MODEL_FILE, exchange_folders, swap_in
@@ -258,7 +259,7 @@ def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = 
     edited = _prepare(path, changes, verify=verify, write=not dry_run)
     if edited is not None and not dry_run:
         edited.publish()
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return _summary("file", path, changes, [(path, edited)], dry_run=dry_run, verify=verify)
 
 
@@ -294,7 +295,7 @@ def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool =
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a failure before the exchange: the new set
         os.close(lock)
-    _fsync_dir(real.parent)
+    fsync_dir(real.parent)
     return _summary(kind, folder, changes, done, dry_run=False, verify=verify)
 
 
@@ -346,7 +347,7 @@ def _build_set(folder: Path, tmp: Path, manifest: Manifest, changes: Changes, *,
     written = {SET_MANIFEST, *(path.name for path, edited in done if edited is not None)}
     _carry_over(folder, tmp, written)
     os.chmod(tmp, stat.S_IMODE(os.stat(folder).st_mode))  # mkdtemp made it 0700
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     with FileSet(tmp, validate=True, max_open=1):  # the new set, whole, before it is shown
         pass
     return done
@@ -449,19 +450,6 @@ def _remove_stale(dest: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _summary(kind: str, path: Path, changes: Changes, done: Sequence[tuple[Path, Edited | None]],
              *, dry_run: bool, verify: bool) -> dict[str, Any]:  # fmt: skip
     files = []
@@ -500,20 +488,8 @@ def target(path: Path) -> tuple[str, Path]:
 # ------------------------------------------------------------------ the command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that with ``--json`` a usage error is a JSON document on stdout."""
-
-    json_errors = False
-
-    def error(self, message: str) -> NoReturn:
-        if self.json_errors:
-            _emit({"status": "error", "exit_status": EXIT_USAGE, "error": {"message": message}})
-            sys.exit(EXIT_USAGE)
-        super().error(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = JsonUsageParser(
         prog="awq2-meta",
         description="Set or delete top-level metadata keys of an AWQ-v2 file, or of every "
         "member of a file set, without rewriting the payloads: the new file is the old slab "
@@ -613,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    assert isinstance(parser, _Parser)
+    assert isinstance(parser, JsonUsageParser)
     parser.json_errors = "--json" in argv
     args = parser.parse_args(argv)
     try:

@@ -45,4 +45,19 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
-__all__ = ["NotRegularFileError", "open_regular"]
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Make a rename in ``folder`` durable (POSIX); a no-op where folders cannot be opened or
+    synced."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["NotRegularFileError", "fsync_dir", "open_regular"]

@@ -27,6 +27,7 @@ from reference.format import rules
 from reference.format.layers import encode_linear
 from reference.format.metadata import encode_metadata
 from reference.ground.errors import FormatError
+from reference.ground.files import fsync_dir
 from reference.ground.hashing import buckets_of, fnv1a_64_many
 from reference.write import partial
 from reference.write.partial import PARTIAL_SUFFIX, stale_partials
@@ -446,7 +447,7 @@ class Writer:
             self._check(self._tmp)
         os.replace(self._tmp, self.path)
         self._file.close()
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def _build_index(self) -> tuple[bytes, dict[str, int]]:
         """The index region [IDX-2..8], and the header counts that describe it."""
@@ -515,20 +516,6 @@ class Writer:
                 raw_entries[i].tobytes(), names[i], pack_dims(shape)
             )
         return entries.tobytes(), dims.tobytes(), b"".join(names)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where folders cannot be opened."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def save(
