@@ -74,6 +74,7 @@ from reference.sets import folder
 from reference.sets.fileset import FileSet, is_set_path
 from reference.sets.setwriter import RankSetWriter, SetWriter, parse_size
 from reference.sets.tpsplit import (
+    KINDS,
     Cut,
     RankJoin,
     SplitPlan,
@@ -747,8 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "architecture's rule table)")  # fmt: skip
     parser.add_argument("--tp-rules", type=Path, default=None, metavar="FILE",
                         help="with --tp: a JSON list of [pattern, kind] rules tried before the "
-                        "architecture's table (kind: column, row, heads, kv_heads, vocab, "
-                        "replicated; the pattern matches a whole module name)")  # fmt: skip
+                        f"architecture's table (kind: {', '.join(KINDS)}; the pattern "
+                        "matches a whole module name)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
     parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")

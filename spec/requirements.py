@@ -348,6 +348,21 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "of LAY-7, at the bias entry's turn in index order (`BAD_QUANT_FIELDS` at its offset). "
         "An entry named `.bias` with no such qweight is an ordinary tensor.",
     ),
+    _r(
+        "LAY-11",
+        "MUST",
+        "A quantised layer MAY be stored fused: the parts of an engine's merged module side by "
+        "side along `n`, in the module's order, as the source checkpoint stores them (Phi-3's "
+        "`qkv_proj` holds the query, key and value heads `[q | k | v]`, its `gate_up_proj` "
+        "`[gate | up]`). The file records no part boundaries: they are the engine module's "
+        "whole output sizes. A loader that cuts a fused layer for tensor parallelism MUST cut "
+        "each part as the engine cuts that part (heads as SET-12 says) and place the pieces "
+        "in part order. In the MARLIN layouts the columns `c0 .. c1` of a layer are qweight "
+        "words `c0 * 16 / pf .. c1 * 16 / pf` of every row, scale columns `c0 .. c1` and zero "
+        "point words `c0 / pf .. c1 / pf`, exactly when `c0` and `c1` are multiples of 64: a "
+        "loader MUST refuse, naming the layer, a part or piece whose bounds are not.",
+        "runtime",
+    ),
     # ---- trailer
     _r("TRL-1", "MUST", "The last 8 bytes MUST be `89 41 57 51 45 4E 44 0A`."),
     _r("TRL-2", "MUST", "`trailer_crc` MUST equal the CRC-32C of trailer bytes 0 to 19."),

@@ -357,6 +357,38 @@ def test_shard_marlin_equals_swizzled_shard(bits: int, k: int, n: int, gs: int) 
     assert legal >= 2
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize(("k", "n", "gs"), [(256, 448, 128), (128, 320, -1), (128, 192, 128)])
+def test_columns_of_a_fused_layer_are_the_swizzled_part(bits: int, k: int, n: int, gs: int) -> None:
+    """[LAY-11] Any 64-aligned column range of a stored Marlin layer (a part of a fused
+    ``qkv_proj``, say) is exactly the Marlin form of that range of the plain codes, zero
+    points and scales; channelwise scales (``gs`` -1, or ``gs == k``) included."""
+    q, z, s = draw_layer(k * n + bits, k, n, bits, gs)
+    full = (codec.swizzle_qweight(q, bits), codec.swizzle_scales(s, k, gs),
+            codec.swizzle_zeros(z, bits))  # fmt: skip
+    ranges = [(a, b) for a in range(0, n, 64) for b in range(a + 64, n + 1, 64)]
+    for a, b in ranges:
+        mq, ms, mz = codec.columns_marlin(*full, k=k, n=n, bits=bits, group_size=gs, start=a,
+                                          stop=b)  # fmt: skip
+        tag = f"columns {a}..{b}"
+        assert_marlin_equal(mq, codec.swizzle_qweight(q[:, a:b], bits), what=tag, bits=bits)
+        assert_marlin_equal(ms, codec.swizzle_scales(s[:, a:b], k, gs), what=f"{tag} scales")
+        assert_marlin_equal(mz, codec.swizzle_zeros(z[:, a:b], bits), what=f"{tag} zeros")
+    assert len(ranges) >= 6
+
+
+@pytest.mark.parametrize(("start", "stop"), [(32, 128), (0, 96), (128, 128), (64, 0), (0, 512)])
+def test_columns_off_the_64_column_grid_are_refused(start: int, stop: int) -> None:
+    """[LAY-11] A part bound that is not a multiple of 64 would cut through a Marlin tile."""
+    q, z, s = draw_layer(7, 128, 256, 4, 128)
+    full = (codec.swizzle_qweight(q, 4), codec.swizzle_scales(s, 128, 128),
+            codec.swizzle_zeros(z, 4))  # fmt: skip
+    with pytest.raises(CodecError) as err:
+        codec.columns_marlin(*full, k=128, n=256, bits=4, group_size=128, start=start,
+                             stop=stop)  # fmt: skip
+    assert err.value.rule == codec.RULE_COLUMNS
+
+
 def test_row_shard_at_group_size_repermutes_scales() -> None:
     k, n, gs, bits = 1024, 512, 128, 4
     q, z, s = draw_layer(1, k, n, bits, gs)

@@ -13,6 +13,11 @@ import only ``spec``.  What is generated here needs the reference and the suite 
     the links to the downloadable suite (``docs/assets/awq2-conformance-<version>.tar.xz``,
     :mod:`tools.suite_archive`) and the commands that check, unpack and run it, for the
     manifest's ``suite_version``;
+``site-tp-rules``
+    the rule tables of ``awq2-convert --tp`` (:mod:`reference.sets.tpsplit`);
+``site-served``
+    the "What is served" table of the vLLM page, from the breadth matrix's verdicts
+    (``docs/assets/served.json``);
 ``site-walkthrough``
     a real vector, byte by byte: hex dumps of every region, each field annotated from the
     construct schema (:mod:`spec.schema`), and every checksum recomputed.
@@ -47,6 +52,7 @@ import numpy as np
 
 from reference.dump import hexdump
 from reference.sets.setwriter import member_name, rank_member_name
+from reference.sets.tpsplit import ARCHITECTURES, FAMILIES
 from spec import schema
 from spec.algorithms import bucket_of, crc32c, fnv1a_64
 from spec.constants import ALIGNMENT, SET_MANIFEST, SLAB_OFFSET
@@ -959,9 +965,57 @@ def download_region(page: Path, _arg: str | None) -> str:
     )
 
 
+def tp_rules_region(_page: Path, _arg: str | None) -> str:
+    """The rule tables ``awq2-convert --tp`` cuts with (:mod:`reference.sets.tpsplit`)."""
+    lines = ["| table | architectures | module (pattern) | kind |", "|---|---|---|---|"]
+    for family, rules in FAMILIES.items():
+        names = ", ".join(f"`{a}`" for a, f in ARCHITECTURES.items() if f == family)
+        for i, (pattern, kind) in enumerate(rules):
+            escaped = pattern.replace("|", "\\|")
+            first = (f"`{family}`", names) if i == 0 else ("", "")
+            lines.append(f"| {first[0]} | {first[1]} | `{escaped}` | `{kind}` |")
+    return "\n".join(lines)
+
+
+SERVED = DOCS / "assets" / "served.json"
+
+
+def served_region(_page: Path, _arg: str | None) -> str:
+    """The breadth matrix's verdicts (``docs/assets/served.json``, written and checked by
+    ``integrations/vllm/tests/cpu/test_breadth.py``): one row per checkpoint and TP size."""
+    document = json.loads(SERVED.read_text(encoding="utf-8"))
+    forms = ("file", "split set", "rank set")
+    cells: dict[tuple[str, str, int], dict[str, str]] = {}
+    for row in document["rows"]:
+        key = (row["fixture"], row["architecture"], row["tp"])
+        cells.setdefault(key, {"stock": row["stock"]})[row["form"]] = row["awq_v2"]
+    lines = [
+        "| checkpoint | architecture | TP | vLLM's stock path | file | split set | rank set |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (fixture, architecture, tp), got in cells.items():
+        verdicts = " | ".join(got.get(form, "-") for form in forms)
+        lines.append(f"| {fixture} | `{architecture}` | {tp} | {got['stock']} | {verdicts} |")
+    served = sum(1 for got in cells.values() if got["stock"] == "served")
+    ours = sum(
+        1 for got in cells.values()
+        if got["stock"] == "served" and all(got.get(f) == "equal" for f in forms)
+    )  # fmt: skip
+    lines += [
+        "",
+        f"Measured on {document['vllm']} by `integrations/vllm/tests/cpu/test_breadth.py` "
+        f"(in CI): of the {served} cases vLLM's stock path serves, `awq_v2` serves {ours} "
+        "from every form with **equal** tokens and logprobs (the same 16 greedy tokens for "
+        "both prompts, every logprob difference 0); `refused: CODE` is the plugin's refusal.",
+    ]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------ documents
 
 RENDERERS: dict[str, Callable[[Path, str | None], str]] = {
+    "site-served": served_region,
+    "site-tp-rules": tp_rules_region,
     "site-vectors": vectors_region,
     "site-cli": cli_region,
     "site-walkthrough": walkthrough_region,

@@ -9,7 +9,7 @@ size [LAY-5, LAY-7], so the reader needs no outside configuration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -278,6 +278,49 @@ def shard(layer: LinearLayer, *, tp_rank: int, tp_size: int, parallel: Parallel)
         tp_rank,
         tp_size,
     )
+
+
+def columns(layer: LinearLayer, start: int, stop: int) -> LinearLayer:
+    """Output columns ``start .. stop`` of a layer as a layer of its own (views, bias sliced
+    too): one part of a fused layer, such as the ``k`` third of a stored ``qkv_proj``
+    [LAY-11].  A MARLIN layer is cut on 64-column boundaries
+    (:func:`~reference.quant.codec.columns_marlin`), an AWQ one on whole packed words."""
+    if layer.layout == "MARLIN":
+        qw, sc, qz = codec.columns_marlin(layer.qweight, _as_float(layer.scales), layer.qzeros,
+                                          k=layer.k, n=layer.n, bits=layer.bits,
+                                          group_size=layer.group_size, start=start,
+                                          stop=stop)  # fmt: skip
+        sc = np.asarray(sc).view(layer.scales.dtype)
+    else:
+        pf = pack_factor(layer.bits)
+        if not (0 <= start < stop <= layer.n and start % pf == 0 and stop % pf == 0):
+            raise codec.CodecError("0 <= start < stop <= n, start and stop multiples of pf",
+                                   f"start = {start}, stop = {stop}, n = {layer.n}")  # fmt: skip
+        qw = layer.qweight[:, start // pf : stop // pf]
+        sc, qz = layer.scales[:, start:stop], layer.qzeros[:, start // pf : stop // pf]
+    bias = None if layer.bias is None else layer.bias[start:stop]
+    return replace(layer, qweight=qw, scales=sc, qzeros=qz, bias=bias, n=stop - start)
+
+
+def side_by_side(layers: list[LinearLayer]) -> LinearLayer:
+    """Layers of one ``k``, layout, bits and group size as one layer, their output columns
+    side by side in order (new arrays): the inverse of cutting a fused layer into parts with
+    :func:`columns` [LAY-11].  In the MARLIN layouts each part's ``n`` is a multiple of 64,
+    so the parts' tiles, scale runs and zero-point runs follow one another unchanged."""
+    first = layers[0]
+    for other in layers[1:]:
+        same = (first.layout, first.k, first.bits, first.group_size, first.scale_dtype)
+        if (other.layout, other.k, other.bits, other.group_size, other.scale_dtype) != same:
+            raise ValueError(f"{first.prefix}: parts of different layouts or shapes")
+    biases = [x.bias for x in layers if x.bias is not None]
+    bias: NDArray[Any] | None = np.concatenate(biases) if len(biases) == len(layers) else None
+
+    def joined(name: str) -> NDArray[Any]:
+        return np.concatenate([getattr(x, name) for x in layers], axis=1)
+
+    return replace(first, qweight=joined("qweight"), scales=joined("scales"),
+                   qzeros=joined("qzeros"), bias=bias, n=sum(x.n for x in layers),
+                   tp_rank=0, tp_size=1)  # fmt: skip
 
 
 def _as_float(scales: NDArray[Any]) -> NDArray[Any]:

@@ -64,6 +64,7 @@ __all__ = [
     "awq_pack",
     "awq_to_marlin",
     "awq_unpack",
+    "columns_marlin",
     "ct_pack",
     "ct_unpack",
     "dequantize",
@@ -98,6 +99,7 @@ RULE_TP_SIZE = "tp_size >= 1"
 RULE_TP_RANK = "0 <= tp_rank < tp_size"
 RULE_TP_DIV_N = "tp_size divides n"
 RULE_TP_DIV_K = "tp_size divides k"
+RULE_COLUMNS = "0 <= start < stop <= n, start and stop multiples of 64"
 
 RULES: tuple[str, ...] = (
     RULE_BITS,
@@ -115,6 +117,7 @@ RULES: tuple[str, ...] = (
     RULE_TP_RANK,
     RULE_TP_DIV_N,
     RULE_TP_DIV_K,
+    RULE_COLUMNS,
 )
 
 _U8 = np.dtype(np.uint8)
@@ -762,13 +765,7 @@ def shard_marlin(
         k_shard, n_shard = k, n // tp_size
         _check_shard(k_shard, n_shard, bits, group_size)
         c0, c1 = tp_rank * n_shard, (tp_rank + 1) * n_shard
-        return (
-            qweight[:, c0 * 16 // pf : c1 * 16 // pf],
-            scales[:, c0:c1],
-            qzeros[:, c0 // pf : c1 // pf],
-            k_shard,
-            n_shard,
-        )
+        return (*_columns(qweight, scales, qzeros, c0, c1, pf), k_shard, n_shard)
 
     if k % tp_size != 0:
         raise CodecError(RULE_TP_DIV_K, f"k = {k}, tp_size = {tp_size}")
@@ -783,6 +780,51 @@ def shard_marlin(
     if is_channelwise(k_shard, group_size) and not is_channelwise(k, group_size):
         shard_s = _regroup_scales(shard_s)
     return shard_q, shard_s, qzeros[g0:g1], k_shard, n_shard
+
+
+def _columns(
+    qweight: NDArray[np.int32], scales: NDArray[np.floating], qzeros: NDArray[np.int32],
+    c0: int, c1: int, pf: int,
+) -> tuple[NDArray[np.int32], NDArray[np.floating], NDArray[np.int32]]:  # fmt: skip
+    """Output columns ``c0 .. c1`` (multiples of 64) of Marlin tensors: qweight columns
+    ``c * 16 // pf`` (tile ``T`` owns words ``T * 1024 // pf`` onward), scale columns ``c``
+    (both scale maps permute within runs of 64 or 32 columns), zero columns ``c // pf`` (the
+    8x8 transpose permutes within runs of 64)."""
+    return (
+        qweight[:, c0 * 16 // pf : c1 * 16 // pf],
+        scales[:, c0:c1],
+        qzeros[:, c0 // pf : c1 // pf],
+    )
+
+
+def columns_marlin(
+    qweight: NDArray[np.int32],
+    scales: NDArray[np.floating],
+    qzeros: NDArray[np.int32],
+    *,
+    k: int,
+    n: int,
+    bits: int,
+    group_size: int,
+    start: int,
+    stop: int,
+) -> tuple[NDArray[np.int32], NDArray[np.floating], NDArray[np.int32]]:
+    """Output columns ``start .. stop`` of a Marlin layer as a Marlin layer of its own (views):
+    one part of a fused layer [LAY-11].  Equal to swizzling those columns of the unswizzled
+    tensors, because every Marlin permutation stays within a run of 64 columns (a qweight
+    tile, the grouped scale map, the zero points' transpose) or 32 (the channelwise scale
+    map), and ``k`` is unchanged.  Raises CodecError: ``start`` and ``stop`` multiples of 64
+    with ``0 <= start < stop <= n``, and the checks of the whole layer's tensors."""
+    pf = pack_factor(bits)
+    _check_k(k)
+    _check_n(n)
+    g = _check_group(k, group_size)
+    _check_words("qweight", qweight, (k // TILE_K, n * 16 // pf))
+    _check_words("qzeros", qzeros, (g, n // pf))
+    _check_scales("scales", scales, g, n)
+    if not (0 <= start < stop <= n and start % TILE_N == 0 and stop % TILE_N == 0):
+        raise CodecError(RULE_COLUMNS, f"start = {start}, stop = {stop}, n = {n}")
+    return _columns(qweight, scales, qzeros, start, stop, pf)
 
 
 def _regroup_scales(ms: NDArray[np.floating]) -> NDArray[np.floating]:

