@@ -709,6 +709,21 @@ def awq_to_marlin(
 # Tensor-parallel shards of stored Marlin tensors.
 
 
+def _check_stored(
+    qweight: NDArray[np.int32], scales: NDArray[np.floating], qzeros: NDArray[np.int32], *,
+    k: int, n: int, bits: int, group_size: int,
+) -> int:  # fmt: skip
+    """A whole stored Marlin layer's shape rules and tensor shapes; returns ``pf``."""
+    pf = pack_factor(bits)
+    _check_k(k)
+    _check_n(n)
+    g = _check_group(k, group_size)
+    _check_words("qweight", qweight, (k // TILE_K, n * 16 // pf))
+    _check_words("qzeros", qzeros, (g, n // pf))
+    _check_scales("scales", scales, g, n)
+    return pf
+
+
 def shard_marlin(
     qweight: NDArray[np.int32],
     scales: NDArray[np.floating],
@@ -751,13 +766,7 @@ def shard_marlin(
         raise CodecError(RULE_TP_SIZE, f"tp_size = {tp_size!r}")
     if not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
         raise CodecError(RULE_TP_RANK, f"tp_rank = {tp_rank!r}, tp_size = {tp_size}")
-    pf = pack_factor(bits)
-    _check_k(k)
-    _check_n(n)
-    g = _check_group(k, group_size)
-    _check_words("qweight", qweight, (k // TILE_K, n * 16 // pf))
-    _check_words("qzeros", qzeros, (g, n // pf))
-    _check_scales("scales", scales, g, n)
+    pf = _check_stored(qweight, scales, qzeros, k=k, n=n, bits=bits, group_size=group_size)
 
     if parallel == "column":
         if n % tp_size != 0:
@@ -815,13 +824,7 @@ def columns_marlin(
     tile, the grouped scale map, the zero points' transpose) or 32 (the channelwise scale
     map), and ``k`` is unchanged.  Raises CodecError: ``start`` and ``stop`` multiples of 64
     with ``0 <= start < stop <= n``, and the checks of the whole layer's tensors."""
-    pf = pack_factor(bits)
-    _check_k(k)
-    _check_n(n)
-    g = _check_group(k, group_size)
-    _check_words("qweight", qweight, (k // TILE_K, n * 16 // pf))
-    _check_words("qzeros", qzeros, (g, n // pf))
-    _check_scales("scales", scales, g, n)
+    pf = _check_stored(qweight, scales, qzeros, k=k, n=n, bits=bits, group_size=group_size)
     if not (0 <= start < stop <= n and start % TILE_N == 0 and stop % TILE_N == 0):
         raise CodecError(RULE_COLUMNS, f"start = {start}, stop = {stop}, n = {n}")
     return _columns(qweight, scales, qzeros, start, stop, pf)
