@@ -363,6 +363,23 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "loader MUST refuse, naming the layer, a part or piece whose bounds are not.",
         "runtime",
     ),
+    _r(
+        "LAY-12",
+        "MUST",
+        "The experts of a mixture-of-experts module are stored as ordinary quantised layers, "
+        "one per expert and projection, named `<experts>.<e>.<role>`: `<experts>` the engine "
+        "module's name (such as `model.layers.0.mlp.experts`), `e` the expert's index in "
+        "decimal without leading zeros, and `role` `gate_proj`, `up_proj` and `down_proj` (or "
+        "Mixtral's original `w1`, `w3` and `w2`), as the source checkpoint names them. Such an "
+        "expert set holds experts `0 .. E-1`, each with all three roles, and the experts of one "
+        "role record the same layout, k, n, bits and group size. A loader that serves an expert "
+        "set as one fused engine tensor MUST refuse it, naming the module, when an expert or a "
+        "role is missing or when the experts of one role differ. Cut for tensor parallelism, "
+        "each expert is cut as a dense MLP is: gate and up as `column`, down as `row`; rank `r` "
+        "holds the `r`-th piece of every expert (a rank set's member stores them under the same "
+        "names, SET-11).",
+        "runtime",
+    ),
     # ---- trailer
     _r("TRL-1", "MUST", "The last 8 bytes MUST be `89 41 57 51 45 4E 44 0A`."),
     _r("TRL-2", "MUST", "`trailer_crc` MUST equal the CRC-32C of trailer bytes 0 to 19."),

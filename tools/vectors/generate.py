@@ -50,7 +50,7 @@ MANIFEST_VERSION = 3
 #: the manifest, a schema), and record it with ``--record-release`` (:mod:`tools.vectors.releases`;
 #: ``python -m tools.regen --check`` fails until both are done).  Major: a loader that passed
 #: may now fail (a new rule); minor: vectors added for existing rules; patch: descriptions.
-SUITE_VERSION = "3.0.0"
+SUITE_VERSION = "3.1.0"
 
 
 def sha256(data: bytes | np.ndarray) -> str:
@@ -317,6 +317,25 @@ def _marlin(bits: int, group_size: int, k: int = 256, n: int = 128, **kw: Any) -
     return Content(layers=[layer], metadata={"case": f"{bits}-bit, group size {group_size}"})
 
 
+#: An expert's projections as most checkpoints name them, and as Mixtral's original ones do
+#: (``w1`` gate, ``w3`` up, ``w2`` down), in the order gate, up, down [LAY-12].
+EXPERT_ROLES = ("gate_proj", "up_proj", "down_proj")
+MIXTRAL_EXPERT_ROLES = ("w1", "w3", "w2")
+
+
+def expert_layers(experts: str, roles: tuple[str, str, str], count: int, hidden: int,
+                  intermediate: int, *, seed: int) -> list[Layer]:  # fmt: skip
+    """An expert set [LAY-12]: ``<experts>.<e>.<role>`` for experts ``0 .. count - 1``, each a
+    4-bit layer of group size 128; gate and up ``[hidden -> intermediate]``, down
+    ``[intermediate -> hidden]``."""
+    shapes = ((hidden, intermediate), (hidden, intermediate), (intermediate, hidden))
+    return [
+        draw_layer(f"{experts}.{e}.{role}", k, n, 4, 128, seed + 3 * e + i)
+        for e in range(count)
+        for i, (role, (k, n)) in enumerate(zip(roles, shapes, strict=True))
+    ]
+
+
 #: META-5's longest number, 100 bytes, counted with or without the exponent's ``e`` and sign:
 #: an integer of 100 digits, and a number whose mantissa alone is 95 bytes.
 LONGEST_INTEGER = "1234567890" * 10
@@ -538,6 +557,20 @@ def accept_vectors() -> list[Vector]:
             ("NAME-4", "LAY-7", "LAY-10"),
             "layer with a plain fp16 bias",
             Content(layers=[draw_layer("proj", 256, 192, 4, 128, 5, bias=True)]),
+        )
+    )
+    vectors.append(
+        _accept(
+            "y_moe_expert_set",
+            ("LAY-12", "LAY-7"),
+            "a mixture-of-experts module's experts 0 and 1, each gate_proj, up_proj and "
+            "down_proj as an ordinary 4-bit Marlin layer of group size 128 (hidden and "
+            "intermediate size 128), under model.layers.0.mlp.experts",
+            Content(
+                layers=expert_layers(
+                    "model.layers.0.mlp.experts", EXPERT_ROLES, 2, 128, 128, seed=30
+                )
+            ),
         )
     )
     vectors.append(

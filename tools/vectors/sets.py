@@ -22,7 +22,17 @@ from typing import Any
 import numpy as np
 
 from spec.constants import SET_MANIFEST, SET_RANK_KEY, SET_VERSION
-from tools.vectors.generate import Content, Vector, base_bytes, build, draw_layer, mutated
+from tools.vectors.generate import (
+    MIXTRAL_EXPERT_ROLES,
+    Content,
+    Layer,
+    Vector,
+    base_bytes,
+    build,
+    draw_layer,
+    expert_layers,
+    mutated,
+)
 from tools.vectors.mutations import MUTATIONS
 
 
@@ -189,6 +199,47 @@ def rank_split_members() -> list[Member]:
     return out
 
 
+#: The expert set the MoE rank-set vector cuts [LAY-12]: Mixtral's original names, the
+#: smallest sizes whose pieces are Marlin layers on both ranks (gate and up ``n``, down ``k``
+#: halved to 128).
+MOE_EXPERTS = "model.layers.0.block_sparse_moe.experts"
+MOE_COUNT, MOE_HIDDEN, MOE_INTERMEDIATE = 2, 128, 256
+
+
+def whole_experts() -> list[Layer]:
+    """The whole experts of the MoE rank-set vector, before any cut."""
+    return expert_layers(MOE_EXPERTS, MIXTRAL_EXPERT_ROLES, MOE_COUNT, MOE_HIDDEN,
+                         MOE_INTERMEDIATE, seed=40)  # fmt: skip
+
+
+def expert_piece(layer: Layer, rank: int, tp_size: int) -> Layer:
+    """Rank ``rank``'s piece of one expert projection, cut from its codes, zero points and
+    scales as they are drawn (not from a stored layer): gate and up (``w1``, ``w3``) by
+    output columns, down (``w2``) by input rows and their groups [LAY-12, SET-11]."""
+    k, n = layer.q.shape
+    if layer.prefix.endswith(".w2"):
+        rows, groups = k // tp_size, k // tp_size // layer.group_size
+        cut = (slice(rank * rows, (rank + 1) * rows), slice(None))
+        group_cut = (slice(rank * groups, (rank + 1) * groups), slice(None))
+    else:
+        cols = n // tp_size
+        cut = group_cut = (slice(None), slice(rank * cols, (rank + 1) * cols))
+    return replace(layer, q=layer.q[cut], z=layer.z[group_cut], s=layer.s[group_cut])
+
+
+def expert_rank_members(tp_size: int = 2) -> list[Member]:
+    """The MoE expert set cut for ``tp_size`` ranks: each rank's pieces of every expert under
+    the experts' own names, and its record [SET-15]."""
+    whole = whole_experts()
+    return [
+        member(f"model-tp{tp_size}-rank{r}.awq2",
+               Content(layers=[expert_piece(layer, r, tp_size) for layer in whole],
+                       metadata={"tensor_parallel": {"tp_size": tp_size}} | record(r, tp_size)),
+               r)
+        for r in range(tp_size)
+    ]  # fmt: skip
+
+
 # ------------------------------------------------------------------------------ vectors
 
 
@@ -296,6 +347,11 @@ def accept_vectors() -> list[Vector]:
                "a file MODEL-00004.AWQ2 in the folder, not listed: its name does not end in the "
                "bytes .awq2, so it is no stray member", split,
                extra={"MODEL-00004.AWQ2": split[0].data}),
+        accept("y_set_rank_moe_experts", ("LAY-12", "SET-11", "SET-7"),
+               "Mixtral's experts 0 and 1 (w1, w3, w2; hidden size 128, intermediate 256) cut "
+               "for 2 ranks as a dense MLP is: rank r holds the r-th column half of every "
+               "w1 and w3 and the r-th row half of every w2, under the same names",
+               expert_rank_members(), tp_size=2),
     ]  # fmt: skip
 
 

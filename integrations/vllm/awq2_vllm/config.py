@@ -33,6 +33,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
@@ -114,6 +115,7 @@ class AWQv2Config(QuantizationConfig):
         self.layer_group_sizes: dict[str, int] = self.full_config.get("layer_group_sizes") or {}
         #: Filled from the file by maybe_update_config; empty when the config is built alone.
         self.layers: dict[str, LayerFacts] = {}
+        self.weights: Weights | None = None
         #: "marlin" or "cpu" (see :func:`kernel_path`), chosen by maybe_update_config.
         self.kernel_path = os.environ.get(KERNEL_ENV, "marlin")
 
@@ -157,7 +159,23 @@ class AWQv2Config(QuantizationConfig):
         import vllm
 
         self.kernel_path = kernel_path(vllm.__version__)
-        self.layers = read_layer_facts(find_weights(model_name))
+        self.weights = find_weights(model_name)
+        self.layers = read_layer_facts(self.weights)
+
+    def zero_points_all_eight(self, prefix: str) -> bool:
+        """Whether every zero point of the stored layer ``prefix`` is 8 (a symmetric layer
+        [CT-1]); one small read, of rank 0's member of a rank set."""
+        if self.weights is None:
+            return False
+        reader = open_weights(self.weights, 0, self.weights.tp_size, validate=False)
+        try:
+            kw = {"rank": 0} if self.weights.kind != "file" else {}
+            zeros = reader.tensor(f"{prefix}.qzeros", **kw)
+            from awq2_vllm.method import ALL_EIGHTS
+
+            return bool(np.all(np.asarray(zeros) == ALL_EIGHTS))
+        finally:
+            reader.close()
 
     # ----------------------------------------------------------------------- per layer
 
@@ -176,7 +194,9 @@ class AWQv2Config(QuantizationConfig):
         from awq2_vllm.method import AWQv2LinearMethod
 
         if isinstance(layer, RoutedExperts):
-            raise PluginError("MOE_UNSUPPORTED", prefix, "dense linear layers", "MoE experts")
+            from awq2_vllm.moe import make_moe_method
+
+            return make_moe_method(self, layer, prefix)
         if not isinstance(layer, LinearBase):
             return None
         parts = self.parts_of(prefix)

@@ -267,8 +267,13 @@ class AWQv2ModelLoader(BaseModelLoader):
         try:
             used: set[str] = set()
             for name, module in model.named_modules():
-                if isinstance(getattr(module, "quant_method", None), AWQv2LinearMethod):
+                method = getattr(module, "quant_method", None)
+                if isinstance(method, AWQv2LinearMethod):
                     used.update(load_layer(module, source, name))
+                elif type(method).__name__ == "AWQv2MoEMethod":
+                    from awq2_vllm.moe import load_experts
+
+                    used.update(load_experts(module, source))
             rest = [i for i in source.entries() if i.name not in used and built(model, i.name)]
             if source.rank_set:
                 _copy_cut(model, source, rest)

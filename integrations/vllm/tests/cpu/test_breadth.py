@@ -27,13 +27,12 @@ from serving import CHECKOUT, convert, generate
 
 BREADTH = CHECKOUT / "tests" / "fixtures" / "breadth"
 SERVED = CHECKOUT / "docs" / "assets" / "served.json"
-#: The MoE fixtures (mixtral, qwen3_moe) are not in the matrix yet: vLLM's CPU build 0.32
-#: did not serve them through its stock path here either (building the model fails, "No WNA16
-#: MoE backend supports the deployment configuration"), and the plugin refuses MoE experts
-#: (MOE_UNSUPPORTED).  Issue 36 item 3 is open.
-MOE = ("mixtral", "qwen3_moe")
-FIXTURES = sorted(p.name for p in BREADTH.iterdir()
-                  if (p / "config.json").is_file() and p.name not in MOE)  # fmt: skip
+#: The MoE fixtures (mixtral, qwen3_moe) are symmetric W4A16: vLLM's CPU build serves MoE
+#: experts only so (its "CPU" WNA16 MoE backend, ``CPUExpertsInt4``, takes ``kInt4Static``,
+#: symmetric, and needs AMX: ``fused_moe/experts/cpu_moe.py``), and only on a CPU with AMX
+#: tiles; on one without, stock fails too ("No WNA16 MoE backend supports the deployment
+#: configuration") and the matrix records it.
+FIXTURES = sorted(p.name for p in BREADTH.iterdir() if (p / "config.json").is_file())
 #: What a served folder needs of a fixture (recipe.json and recipe.yaml are its provenance).
 KEEP = ("config.json", "generation_config.json", "model.safetensors")
 #: vLLM refuses float16 for Gemma 2 ("Numerical instability"); every other model runs in the

