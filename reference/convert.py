@@ -893,6 +893,20 @@ class _Report:
         return EXIT_REFUSED
 
 
+#: Files one of which a tokenizer that transformers' AutoTokenizer loads needs: a fast
+#: tokenizer, a SentencePiece model, or a BPE or WordPiece vocabulary.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def _has_tokenizer(src: Path) -> bool:
+    """Whether the source's folder (a file source's own folder) holds tokenizer files, which
+    the converted folder then gets too [CONV-2]."""
+    folder_of = src if src.is_dir() else src.parent
+    return any((folder_of / name).is_file() for name in TOKENIZER_FILES) or any(
+        folder_of.glob("*.tiktoken")
+    )
+
+
 def _jsonable(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
@@ -942,6 +956,11 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
         return report.error(EXIT_IO, escape(str(exc)))
     for skipped in summary.get("not_copied", ()):  # said even with --quiet
         report.note(f"not copied: {skipped['name']} ({skipped['reason']})")
+    if to_folder and not args.dry_run and not _has_tokenizer(Path(args.src)):  # even --quiet
+        report.note(f"warning: {args.src} has no tokenizer files ({', '.join(TOKENIZER_FILES)}):"
+                    f" {args.dst} serves only prompts given as token ids (vLLM's "
+                    "skip_tokenizer_init=True), or with a tokenizer named apart (vLLM's "
+                    "--tokenizer, the original model's name or folder)")  # fmt: skip
     if args.json:
         emit_json({"status": "planned" if args.dry_run else "converted", "exit_status": EXIT_OK,
                **summary})  # fmt: skip

@@ -323,3 +323,21 @@ def test_the_command_is_called_by_its_script_name(tmp_path):
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 2 and "(awq2-dump explains it)" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_source_without_tokenizer_files_is_warned_about(tmp_path, capsys):
+    """Issue 37: a folder converted from a checkpoint without tokenizer files cannot serve text
+    prompts; the converter says so (even with --quiet), naming what is missing and what the
+    folder serves; with a tokenizer file it says nothing of the kind."""
+    src = tmp_path / "src"
+    shutil.copytree(AWQ, src)
+    for name in convert_module.TOKENIZER_FILES:
+        (src / name).unlink(missing_ok=True)
+    assert convert_main([str(src), f"{tmp_path / 'bare'}/", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {src} has no tokenizer files (tokenizer.json, "), err
+    assert "token ids" in err and "--tokenizer" in err
+    (src / "tokenizer.json").write_text("{}")
+    assert convert_main([str(src), f"{tmp_path / 'with'}/", "--quiet"]) == 0
+    assert "tokenizer" not in capsys.readouterr().err
+    assert (tmp_path / "with" / "tokenizer.json").is_file()

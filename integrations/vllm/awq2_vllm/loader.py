@@ -52,6 +52,7 @@ from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
 from awq2_vllm.errors import PluginError
 from awq2_vllm.method import AWQv2LinearMethod, Part, plan
+from awq2_vllm.moe import MOE_METHODS, load_experts
 from awq2_vllm.weights import Weights, check_tp, find_weights, open_weights, opened_files
 from reference.format.layers import PARTS, columns, shard
 from reference.format.rules import TensorInfo
@@ -270,9 +271,7 @@ class AWQv2ModelLoader(BaseModelLoader):
                 method = getattr(module, "quant_method", None)
                 if isinstance(method, AWQv2LinearMethod):
                     used.update(load_layer(module, source, name))
-                elif type(method).__name__ == "AWQv2MoEMethod":
-                    from awq2_vllm.moe import load_experts
-
+                elif isinstance(method, MOE_METHODS):
                     used.update(load_experts(module, source))
             rest = [i for i in source.entries() if i.name not in used and built(model, i.name)]
             if source.rank_set:

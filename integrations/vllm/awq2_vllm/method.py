@@ -44,6 +44,7 @@ The parameter classes are vLLM's (``vllm/model_executor/parameter.py``):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,17 +262,42 @@ class AWQv2LinearMethod(LinearMethodBase):
         from vllm.model_executor.layers.quantization.utils.marlin_utils import (
             apply_gptq_marlin_linear,
         )
-        from vllm.scalar_type import scalar_types
 
-        return apply_gptq_marlin_linear(
-            input=x,
-            weight=layer.qweight,
-            weight_scale=layer.scales,
-            weight_zp=layer.qzeros,
-            workspace=None,
-            wtype=scalar_types.uint4b8 if self.symmetric else scalar_types.uint4,
-            output_size_per_partition=layer.awq2_n,
-            input_size_per_partition=layer.awq2_k,
-            bias=bias,
-            input_dtype=layer.awq2_act_dtype,
-        )
+        return apply_gptq_marlin_linear(**marlin_arguments(layer, x, bias, self.symmetric))
+
+
+def marlin_arguments(layer: Any, x: Any, bias: Any, symmetric: bool) -> dict[str, Any]:
+    """The arguments of vLLM's ``apply_gptq_marlin_linear`` for this layer, as
+    ``MarlinLinearKernel.apply_weights`` passes them: ``workspace=None``, the partition's
+    sizes, the weight type vLLM picks for the source.  vLLM 0.33 also takes ``input_dtype``
+    (the activation dtype); 0.34 removed it with W4A8: it is passed when the installed
+    function has it (``tests/test_marlin_call.py`` binds these to the installed signature)."""
+    from vllm.scalar_type import scalar_types
+
+    arguments = {
+        "input": x,
+        "weight": layer.qweight,
+        "weight_scale": layer.scales,
+        "weight_zp": layer.qzeros,
+        "workspace": None,
+        "wtype": scalar_types.uint4b8 if symmetric else scalar_types.uint4,
+        "output_size_per_partition": layer.awq2_n,
+        "input_size_per_partition": layer.awq2_k,
+        "bias": bias,
+    }
+    if _takes_input_dtype():
+        arguments["input_dtype"] = layer.awq2_act_dtype
+    return arguments
+
+
+@functools.cache
+def _takes_input_dtype() -> bool:
+    """Whether the installed ``apply_gptq_marlin_linear`` has an ``input_dtype`` parameter
+    (read once: ``apply`` runs on every forward)."""
+    import inspect
+
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import (
+        apply_gptq_marlin_linear,
+    )
+
+    return "input_dtype" in inspect.signature(apply_gptq_marlin_linear).parameters

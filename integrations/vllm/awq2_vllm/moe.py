@@ -17,15 +17,25 @@ and vllm 0.33.0):
   ``moe_config.tp_rank`` of ``tp_size``: each expert is cut as a dense MLP is;
 * ``process_weights_after_loading`` hands those buffers to the backend its oracle chose
   (``fused_moe/oracle/int_wna16.py``: ``CPU`` on vLLM's CPU build, Marlin on a GPU), which
-  converts them to the kernel's own layout and builds the kernel.
+  converts them to the kernel's own layout and builds the kernel.  On the CPU build that
+  backend (``CPUExpertsInt4``, ``fused_moe/experts/cpu_moe.py``) takes only the symmetric key
+  ``kInt4Static``: a compressed-tensors checkpoint with zero points fails there, stock too.
 
-:class:`AWQv2MoEMethod` is that method, built for the file's expert layers (4 bits, their
-group size, symmetric when every zero point is 8 [CT-1]); :func:`load_experts` fills the
-buffers from the file: each expert's stored Marlin layers cut as vLLM cuts them (a rank set's
-already cut [SET-11]) and turned back into the checkpoint's order with the reference codec.
-After that vLLM's own processing runs unchanged, so the kernel's tensors are bit for bit
-stock's.  This is a repack at load, on a GPU too: filling Marlin MoE buffers straight from
-the file, as dense layers are, is not built yet.
+vLLM's AutoAWQ MoE method (``AutoAWQMoEMethod``, ``auto_awq.py``) holds K-first AWQ buffers
+instead (``w13_qweight int32 [E, H, 2 I // 8]`` packed along n in AWQ's interleaved order,
+``w13_scales [E, G13, 2 I]``, ``w13_qzeros [E, G13, 2 I // 8]``, and ``w2_*`` likewise with
+``k = I``), always with zero points, and asks the same oracle with the key ``kInt4Static``
+and ``may_have_zp=True``: vLLM's CPU build serves AutoAWQ MoE checkpoints.
+
+So the plugin builds, for the file's expert set (4 bits, its group size): symmetric experts
+(every zero point of expert 0's gate is 8 [CT-1]; every expert is checked as it loads) ->
+:class:`AWQv2MoEMethod`, vLLM's compressed-tensors method; experts with zero points ->
+:class:`AWQv2AsymmetricMoEMethod`, vLLM's AutoAWQ method.  :func:`load_experts` fills their
+buffers from the file: each expert's stored Marlin layers cut as vLLM cuts them (a rank
+set's already cut [SET-11]) and turned back into that method's checkpoint order with the
+reference codec.  After that vLLM's own processing runs unchanged, so the kernel's tensors
+are bit for bit stock's.  This is a repack at load, on a GPU too: filling Marlin MoE buffers
+straight from the file, as dense layers are, is not built yet.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from vllm.model_executor.layers.quantization.auto_awq import AutoAWQMoEMethod
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
     compressed_tensors_moe_wna16 as ct_moe,
 )
@@ -94,7 +105,7 @@ def find_experts(prefix: str, layers: Mapping[str, Any], count: int) -> ExpertSe
     return found
 
 
-def make_moe_method(config: Any, layer: Any, prefix: str) -> AWQv2MoEMethod:
+def make_moe_method(config: Any, layer: Any, prefix: str) -> Any:
     """The method of the MoE module ``prefix``: its expert set found in the file, 4 bits in
     the MARLIN_* layouts, symmetric when expert 0's gate zero points are all 8 (every
     expert is checked as it loads)."""
@@ -105,9 +116,9 @@ def make_moe_method(config: Any, layer: Any, prefix: str) -> AWQv2MoEMethod:
     if facts.family != "MARLIN":
         raise PluginError("AWQ_LAYOUT", prefix, "experts in the MARLIN_* layouts",
                           "the AWQ_* layouts")  # fmt: skip
-    symmetric = config.zero_points_all_eight(experts.layer(0, 0))
-    return AWQv2MoEMethod(experts, facts.bits, facts.group_size, symmetric, layer.moe_config,
-                          prefix)  # fmt: skip
+    kind = AWQv2MoEMethod if config.zero_points_all_eight(experts.layer(0, 0)) else (
+        AWQv2AsymmetricMoEMethod)  # fmt: skip
+    return kind(experts, facts.bits, facts.group_size, layer.moe_config, prefix)
 
 
 def _quant_args(bits: int, group_size: int, symmetric: bool) -> Any:
@@ -118,21 +129,79 @@ def _quant_args(bits: int, group_size: int, symmetric: bool) -> Any:
                             group_size=None if group_size == -1 else group_size)  # fmt: skip
 
 
-class AWQv2MoEMethod(ct_moe.CompressedTensorsWNA16MoEMethod):
-    """vLLM's compressed-tensors WNA16 MoE method for the file's expert set: its buffers, its
-    backend choice and its processing, filled by :func:`load_experts`."""
+def _unsupported(prefix: str, symmetric: bool, bits: int, group_size: int, why: Any) -> Any:
+    kind = "symmetric" if symmetric else "asymmetric (zero points)"
+    return PluginError("MOE_UNSUPPORTED", prefix, "experts a WNA16 MoE backend of this vLLM "
+                       "serves", f"{kind} {bits}-bit experts, group size {group_size}: "
+                       f"{why}")  # fmt: skip
 
-    def __init__(self, experts: ExpertSet, bits: int, group_size: int, symmetric: bool,
-                 moe: Any, prefix: str) -> None:  # fmt: skip
+
+class AWQv2MoEMethod(ct_moe.CompressedTensorsWNA16MoEMethod):
+    """Symmetric experts: vLLM's compressed-tensors WNA16 MoE method (what vLLM builds for a
+    symmetric llm-compressor checkpoint): its buffers, its backend choice and its processing,
+    filled by :func:`load_experts` in compressed-tensors' N-first order."""
+
+    def __init__(self, experts: ExpertSet, bits: int, group_size: int, moe: Any,
+                 prefix: str) -> None:  # fmt: skip
         try:
-            super().__init__(_quant_args(bits, group_size, symmetric), None, moe, prefix)
+            super().__init__(_quant_args(bits, group_size, True), None, moe, prefix)
         except (NotImplementedError, ValueError, AssertionError) as e:
-            kind = "symmetric" if symmetric else "asymmetric (zero points)"
-            raise PluginError("MOE_UNSUPPORTED", prefix, "experts a WNA16 MoE backend of this "
-                              "vLLM serves", f"{kind} {bits}-bit experts, group size "
-                              f"{group_size}: {e}") from None  # fmt: skip
+            raise _unsupported(prefix, True, bits, group_size, e) from None
         self.experts = experts
-        self.awq2_symmetric = symmetric
+
+    def fill(self, module: Any, e: int, role: int, row0: int, layer: Any, where: str) -> None:
+        """Expert ``e``'s projection ``role`` (its rank's piece ``layer``) into rows
+        ``row0 ..`` of w13 (gate, up) or into w2 (down): ``weight_packed`` ``int32 [n, k // 8]``
+        (codes packed along k), ``weight_scale [n, G]``, and the expert's whole ``[n, k]`` in
+        ``weight_shape``; every zero point must be 8."""
+        if not np.all(layer.qzeros == ALL_EIGHTS):
+            raise PluginError("EXPERTS_MIXED", where, "every zero point 8, as in expert 0 "
+                              "(a symmetric expert set)", "other zero points")  # fmt: skip
+        codes = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)  # [k, n]
+        target = "w2" if role == 2 else "w13"
+        rows = slice(None) if role == 2 else slice(row0, row0 + layer.n)
+        _copy(getattr(module, f"{target}_weight_packed").data[e, rows],
+              torch.from_numpy(_pack(codes.T, axis=1)))  # fmt: skip
+        _copy(getattr(module, f"{target}_weight_scale").data[e, rows], _plain_scales(layer).T)
+        size = module.moe_config.moe_parallel_config.tp_size
+        whole = [layer.n * size, layer.k] if role < 2 else [layer.n, layer.k * size]
+        shape = getattr(module, f"{target}_weight_shape")
+        shape.data[e] = torch.tensor(whole, dtype=shape.dtype)
+
+
+class AWQv2AsymmetricMoEMethod(AutoAWQMoEMethod):
+    """Experts with zero points: vLLM's AutoAWQ MoE method (what vLLM builds for an AutoAWQ
+    checkpoint; its compressed-tensors method takes no zero points on the CPU build), filled
+    by :func:`load_experts` in AutoAWQ's order."""
+
+    def __init__(self, experts: ExpertSet, bits: int, group_size: int, moe: Any,
+                 prefix: str) -> None:  # fmt: skip
+        from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig
+
+        if group_size == -1:  # AutoAWQMoEMethod counts hidden_size // group_size groups
+            raise _unsupported(prefix, False, bits, group_size, "channelwise experts with zero "
+                               "points (vLLM's AutoAWQ MoE method needs groups)")  # fmt: skip
+        config = AutoAWQConfig(bits, group_size, True, False)
+        try:
+            super().__init__(config, moe)
+        except (NotImplementedError, ValueError, AssertionError) as e:
+            raise _unsupported(prefix, False, bits, group_size, e) from None
+        self.experts = experts
+
+    def fill(self, module: Any, e: int, role: int, row0: int, layer: Any, where: str) -> None:
+        """AutoAWQ's K-first buffers: ``qweight int32 [k, n // 8]`` and ``qzeros [G, n // 8]``
+        packed along n in AWQ's interleaved order, ``scales [G, n]``; w13 holds gate then up
+        along n."""
+        codes = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)  # [k, n]
+        zeros = codec.unswizzle_zeros(layer.qzeros, layer.n, layer.bits)  # [G, n]
+        target = "w2" if role == 2 else "w13"
+        cols = slice(None) if role == 2 else slice(row0, row0 + layer.n)
+        words = slice(None) if role == 2 else slice(row0 // PACK, (row0 + layer.n) // PACK)
+        _copy(getattr(module, f"{target}_qweight").data[e, :, words],
+              torch.from_numpy(codec.awq_pack(codes, layer.bits)))  # fmt: skip
+        _copy(getattr(module, f"{target}_qzeros").data[e, :, words],
+              torch.from_numpy(codec.awq_pack(zeros, layer.bits)))  # fmt: skip
+        _copy(getattr(module, f"{target}_scales").data[e, :, cols], _plain_scales(layer))
 
 
 def _pack(fields: np.ndarray, axis: int) -> np.ndarray:
@@ -155,29 +224,13 @@ def _plain_scales(layer: Any) -> torch.Tensor:
     return bits.view(torch_dtype[layer.scale_dtype])
 
 
-def _checkpoint_order(layer: Any, symmetric: bool, where: str) -> dict[str, torch.Tensor]:
-    """One stored expert projection as compressed-tensors stores it, N-first: ``weight``
-    ``int32 [n, k // 8]``, ``scale [G, n]`` transposed to ``[n, G]``, ``zero_point``
-    ``int32 [n // 8, G]`` (absent when symmetric: every zero point must then be 8)."""
-    if layer.layout != "MARLIN" or layer.bits != 4:
-        raise PluginError("AWQ_LAYOUT", where, "a 4-bit layer in the MARLIN_* layouts",
-                          f"{layer.bits}-bit {layer.layout}")  # fmt: skip
-    codes = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)  # [k, n]
-    out = {"weight": torch.from_numpy(_pack(codes.T, axis=1)),
-           "scale": _plain_scales(layer).T}  # fmt: skip
-    if symmetric:
-        if not np.all(layer.qzeros == ALL_EIGHTS):
-            raise PluginError("EXPERTS_MIXED", where, "every zero point 8, as in expert 0 "
-                              "(a symmetric expert set)", "other zero points")  # fmt: skip
-    else:
-        zeros = codec.unswizzle_zeros(layer.qzeros, layer.n, layer.bits)  # [G, n]
-        out["zero_point"] = torch.from_numpy(_pack(zeros.T, axis=0))
-    return out
+MOE_METHODS = (AWQv2MoEMethod, AWQv2AsymmetricMoEMethod)
 
 
 def load_experts(module: Any, source: Any) -> list[str]:
-    """Fill the fused-MoE buffers of ``module`` (built with :class:`AWQv2MoEMethod`) with this
-    rank's cut of every expert; return the names of the tensors used."""
+    """Fill the fused-MoE buffers of ``module`` (built with :class:`AWQv2MoEMethod` or
+    :class:`AWQv2AsymmetricMoEMethod`) with this rank's cut of every expert; return the names
+    of the tensors used."""
     method = module.quant_method
     experts: ExpertSet = method.experts
     moe = module.moe_config
@@ -197,20 +250,10 @@ def load_experts(module: Any, source: Any) -> list[str]:
             cut: Parallel | None = None if source.rank_set or size == 1 else kind
             part = Part(prefix, 0, 0, rank if cut else 0, size if cut else 1, cut)
             stored = source.linear(part)
-            plain = _checkpoint_order(stored, method.awq2_symmetric, prefix)
-            target = "w2" if role == 2 else "w13"
-            rows = slice(None) if role == 2 else slice(row0, row0 + stored.n)
-            _copy(getattr(module, f"{target}_weight_packed").data[e, rows], plain["weight"])
-            _copy(getattr(module, f"{target}_weight_scale").data[e, rows], plain["scale"])
-            if "zero_point" in plain:
-                zrows = slice(None) if role == 2 else slice(row0 // PACK, (row0 + stored.n) // PACK)
-                _copy(getattr(module, f"{target}_weight_zero_point").data[e, zrows],
-                      plain["zero_point"])  # fmt: skip
-            whole_n = stored.n * (size if kind == "column" else 1)  # the expert's [n, k]
-            whole_k = stored.k * (size if kind == "row" else 1)
-            getattr(module, f"{target}_weight_shape").data[e] = torch.tensor(
-                [whole_n, whole_k], dtype=getattr(module, f"{target}_weight_shape").dtype
-            )
+            if stored.layout != "MARLIN" or stored.bits != 4:
+                raise PluginError("AWQ_LAYOUT", prefix, "a 4-bit layer in the MARLIN_* layouts",
+                                  f"{stored.bits}-bit {stored.layout}")  # fmt: skip
+            method.fill(module, e, role, row0, stored, prefix)
             for name in ("qweight", "scales", "qzeros"):
                 source.count_once(source.entry(f"{prefix}.{name}"), counted)
                 used.append(f"{prefix}.{name}")

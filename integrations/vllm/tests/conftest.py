@@ -16,6 +16,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+# vLLM 0.34's CPU platform refuses an x86 CPU when vLLM finds no usable Triton
+# (``vllm/platforms/cpu.py:243``).  The CUDA build's Triton has no active driver without a GPU,
+# and vLLM then disables it (``vllm/triton_utils/importing.py:64-75``) unless
+# CUDA_VISIBLE_DEVICES is set and empty, which it reads as a distributed worker whose devices
+# come later (line 56-68).  No test runs a Triton kernel; set here, every worker process
+# inherits it.  vLLM 0.33 does not check.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, str(Path(__file__).parent))  # checkpoints.py, for tests in subfolders
 
 

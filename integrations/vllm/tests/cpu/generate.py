@@ -6,7 +6,8 @@ None: vLLM's stock path for the checkpoint; ``"awq_v2"``: the plugin, also as th
 format).  Every run is one ``vllm.LLM`` in this process, one after the other (TP 1 runs share
 the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2 run starts vLLM's two CPU workers).
 Each generates 16 tokens greedily for two prompts given as token ids, with the logprob of
-every chosen token; a TP 1 run also reports every parameter of the loaded model as dtype,
+every chosen token; ``"ignore_eos": true`` keeps generating past the end-of-sequence token (random
+weights may choose it first); a TP 1 run also reports every parameter of the loaded model as dtype,
 shape and SHA-256 of its bytes (``LLM.apply_model``), so that what the kernels hold can be
 compared, not only what they produce.  OUT gets ``{name: {"model", "tokens", "logprobs",
 "tensors", "llm_s", "seconds"}}`` (``llm_s``: the ``LLM(...)`` construction alone); a job
@@ -69,7 +70,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
               max_model_len=128, tensor_parallel_size=job.get("tp", 1), seed=0,
               **extra)  # fmt: skip
     llm_s = time.perf_counter() - started
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=0)
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=0,
+                            ignore_eos=job.get("ignore_eos", False))  # fmt: skip
     outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
     tokens, logprobs = [], []
     for out in outs:

@@ -21,6 +21,7 @@ tuple (``MPLinearKernel.py:51``), which is always true, so it can be built on th
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import os
 from pathlib import Path
@@ -111,6 +112,10 @@ def _cpu_gptq_marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=Fals
     q = (b_q_weight.unsqueeze(1) >> shifts[None, :, None]) & ((1 << num_bits) - 1)
     q = q.reshape(size_k, size_n)
     assert q.shape[0] == b_q_weight.shape[0] * pf
+    if "is_a_8bit" not in inspect.signature(get_weight_perm).parameters:
+        # vLLM 0.34 removed 8-bit activations, and the argument with them
+        assert not is_a_8bit
+        return marlin_weights(q, size_k, size_n, num_bits, get_weight_perm(num_bits))
     return marlin_weights(q, size_k, size_n, num_bits, get_weight_perm(num_bits, is_a_8bit),
                           is_a_8bit=is_a_8bit)  # fmt: skip
 

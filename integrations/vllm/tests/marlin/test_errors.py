@@ -51,7 +51,16 @@ def test_one_8_bit_part_of_a_merged_layer_is_refused():
 
 
 def test_w4a8_activations_are_refused(monkeypatch):
+    """vLLM 0.33's W4A8 (``VLLM_MARLIN_INPUT_DTYPE``) is refused; vLLM 0.34 removed W4A8
+    (``marlin_utils.get_marlin_input_dtype`` is gone), and the variable then changes nothing."""
+    from vllm.model_executor.layers.quantization.utils import marlin_utils
+
     monkeypatch.setenv("VLLM_MARLIN_INPUT_DTYPE", "int8")
+    if not hasattr(marlin_utils, "get_marlin_input_dtype"):
+        from awq2_vllm.config import w4a8_requested
+
+        assert not w4a8_requested("model.layers.0.mlp.down_proj")
+        return
     err = _refused("W4A8_UNSUPPORTED", "down", _config())
     assert err.where == "model.layers.0.mlp.down_proj"
 
@@ -79,14 +88,20 @@ def test_layers_in_the_awq_layouts_are_refused(tmp_path):
     assert "AWQ_*" in str(caught.value)
 
 
-def test_moe_experts_are_refused():
+def test_moe_experts_the_file_does_not_store_are_refused(tmp_path):
+    """[LAY-12] A MoE module whose expert set is not in the file (here a dense model's) is
+    refused naming the module, before any buffer is made."""
     from awq2_vllm.errors import PluginError
     from vllm.model_executor.layers.fused_moe import RoutedExperts
 
-    experts = object.__new__(RoutedExperts)  # only its class matters to get_quant_method
+    _, served = make(tmp_path)
+    cfg = _config()
+    cfg.maybe_update_config(str(served))
+    experts = object.__new__(RoutedExperts)  # get_quant_method reads its class and count only
+    object.__setattr__(experts, "global_num_experts", 4)
     with pytest.raises(PluginError) as caught:
-        _config().get_quant_method(experts, "model.layers.0.mlp.experts")
-    assert caught.value.code == "MOE_UNSUPPORTED"
+        cfg.get_quant_method(experts, "model.layers.0.mlp.experts")
+    assert caught.value.code == "EXPERT_MISSING"
     assert caught.value.where == "model.layers.0.mlp.experts"
 
 
