@@ -80,6 +80,12 @@ STOCK_ONLY = ("weight_shape",)
 #: (``layers/attention/attention.py:136``).  The KV cache is not quantised (``kv_cache_scheme``
 #: null), so no kernel reads them; they are compared by value and the shape noted.
 KV_SCALES = ("_k_scale", "_v_scale", "_q_scale")
+#: vLLM 0.34's compressed-tensors KV-cache method also registers these on every Attention, as
+#: parameters, for a checkpoint whose KV cache is not quantised too (``kv_cache_scheme`` null);
+#: the plugin's model has none.  Each is accepted only as the identity a kernel would ignore:
+#: scales 1, zero points 0.
+KV_QUANT = {"k_scale": 1.0, "v_scale": 1.0, "q_scale": 1.0, "k_zero_point": 0.0,
+            "v_zero_point": 0.0, "q_zero_point": 0.0}  # fmt: skip
 
 
 def _cpu_gptq_marlin_moe_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
@@ -200,6 +206,12 @@ def rows_for(stock, plugin) -> list[list]:
             gname = pname if experts else DENSE_NAMES.get(pname, pname)
             seen.add(gname)
             if gname not in got_t:
+                if pname in KV_QUANT and isinstance(ref, torch.Tensor):
+                    identity = bool(torch.all(ref.float() == KV_QUANT[pname]))
+                    rows.append([name, pname, identity, f"stock only, the unquantised KV "
+                                 f"cache's identity {KV_QUANT[pname]}: {identity}", "kv-scale",
+                                 None])  # fmt: skip
+                    continue
                 rows.append([name, pname, False, "missing in the plugin's model", kind, None])
                 continue
             got = got_t[gname]

@@ -131,8 +131,10 @@ def _check(rows: list[list], labels: list[str], world: int) -> None:
             dense = {r[4] for r in mine if r[7] == "dense"}
             assert "weight_packed/qweight" in dense and "weight_scale/scales" in dense
             assert {r[3] for r in mine} >= {"model.embed_tokens", "lm_head"}
-            assert {r[4] for r in mine if r[7] == "kv-scale"} <= {"_k_scale", "_v_scale",
-                                                                  "_q_scale"}  # fmt: skip
+            kv = {f"{p}{q}_{r}" for p in ("", "_") for q in "kvq" for r in ("scale",)} | {
+                f"{q}_zero_point" for q in "kvq"
+            }  # moe_worker.KV_SCALES and KV_QUANT
+            assert {r[4] for r in mine if r[7] == "kv-scale"} <= kv
     assert all(r[5] for r in rows), _table([r for r in rows if not r[5]])
 
 
