@@ -1,17 +1,24 @@
 """One tensor-parallel rank of whole tiny MoE models, each built twice through vLLM:
 ``python moe_worker.py RANK WORLD PORT JOBS OUT``, JOBS a JSON list of
-``{"label", "original", "served", "perturb"}``.
+``{"label", "original", "served", "method", "perturb"}``.
 
-Stock: ``EngineArgs(model=original)`` (the llm-compressor checkpoint, vLLM's
-compressed-tensors path, its default loader); plugin: ``EngineArgs(model=served,
-quantization="awq_v2", load_format="awq_v2")``.  Each is built as ``whole_model_worker.py``
-builds one (``create_engine_config``, then the registered loader's ``load_model``), at this
-rank of ``WORLD`` (vLLM's groups on gloo), and every parameter and buffer of the two models is
-compared bit for bit; for each ``RoutedExperts`` module also the tensors its kernel is handed
-(``method.moe_quant_config``, the ``w13_weight`` / ``w2_weight`` aliases).  Rows (label, TP,
+Stock: ``EngineArgs(model=original)``, vLLM's default loader and the checkpoint's own
+quantisation: an llm-compressor checkpoint (vLLM's compressed-tensors path, experts by
+``CompressedTensorsWNA16MoEMethod``) or an AutoAWQ GEMM one (``AutoAWQConfig``, experts by
+``AutoAWQMoEMethod``, ``quantization/auto_awq.py:360``, dense layers by
+``AutoAWQMarlinLinearMethod``, line 307); plugin: ``EngineArgs(model=served,
+quantization="awq_v2", load_format="awq_v2")``, whose experts must be built by the plugin's
+``method`` (``AWQv2MoEMethod`` for symmetric experts, ``AWQv2AsymmetricMoEMethod``, a
+subclass of ``AutoAWQMoEMethod``, for experts with zero points).  Each is built as
+``whole_model_worker.py`` builds one (``create_engine_config``, then the registered loader's
+``load_model``), at this rank of ``WORLD`` (vLLM's groups on gloo), and every parameter and
+buffer of the two models is compared bit for bit; for each ``RoutedExperts`` module also the
+tensors its kernel is handed (``method.moe_quant_config``, the ``w13_weight`` / ``w2_weight``
+aliases).  Rows (label, TP,
 rank, module, parameter, equal, first difference, kind, stock shape) go to OUT as JSON.
-``perturb`` adds one to one word of the plugin's ``w13_weight_packed`` of ``model.layers.0``'s
-experts after loading, before comparing: the comparison must see it.
+``perturb`` (a parameter name, or null): after the rows above, one is added to one word of that
+parameter of the plugin's ``model.layers.0`` experts and the same two models are compared
+again, the rows labelled ``LABEL perturbed``: the comparison must see it.
 
 vLLM 0.33's CUDA build runs here on its CPU platform, which would give the experts the
 ``CPU`` WNA16 MoE backend and the dense layers the CPU linear kernel.  :func:`patches` makes
@@ -44,8 +51,35 @@ vLLM, ``vllm/`` below):
    for (``AWQ2_VLLM_KERNEL=marlin``, ``conftest.py``), so the stock model's attention layers
    are Marlin too and comparable byte for byte.
 
+5. The AutoAWQ experts' Marlin conversion (``int_wna16.py:749``
+   ``_process_awq_weights_marlin``) calls ``ops.awq_marlin_moe_repack`` (lines 819, 826;
+   ``_custom_ops.py:1188``), a loop over the experts calling ``torch.ops._C.awq_marlin_repack``,
+   a CUDA kernel: replaced by the same loop over a CPU reference of that repack,
+   :func:`_cpu_awq_marlin_repack`.  What the CUDA op computes is what vLLM's kernel test
+   ``test_awq_marlin_repack`` (``tests/kernels/quantization/test_marlin_gemm.py`` in vLLM's
+   repository) asserts: for codes ``q [k, n]``, ``awq_marlin_repack(awq_pack(q), k, n, bits)
+   == marlin_weights(q, k, n, bits, get_weight_perm(bits))``; and ``test_gptq_marlin_repack``
+   (same file, no act order) asserts ``gptq_marlin_repack(gptq_pack(q)) == marlin_weights(q)``
+   too.  So the reference unpacks the AWQ words to codes, the inverse of vLLM's ``awq_pack``
+   (``quantization/utils/quant_utils.py:909``: the codes of each 8 columns interleaved
+   ``[0, 2, 4, 6, 1, 3, 5, 7]``, line 919, then ``pack_cols``, field ``i`` in bits
+   ``num_bits * i``, line 843), checks that ``awq_pack`` of those codes gives the words back,
+   and hands them, packed along k by vLLM's ``pack_rows`` (line 819, ``gptq_pack``), to the
+   GPTQ reference of patch 3 (``marlin_weights``).  Only this path calls the op: the AutoAWQ
+   dense layers are converted to GPTQ's order first and repacked by patch 3's op.
+6. ``quantization/auto_awq.py:448`` ``AutoAWQMarlinLinearMethod.create_weights`` calls
+   ``choose_mp_linear_kernel``, on the CPU platform ``CPUWNA16LinearKernel``: patched (in that
+   module) to return ``MarlinLinearKernel``, as patch 4, so the stock AutoAWQ model's dense
+   layers are Marlin too.  That method, its AWQ-to-GPTQ conversion (``auto_awq.py:92``,
+   line 511) and the kernel's processing are what a CUDA GPU runs for them (line 331, there
+   with ``input_dtype = get_marlin_input_dtype(prefix)``, None unless
+   ``VLLM_MARLIN_INPUT_DTYPE`` is set); which kernel a GPU picks is the list at
+   ``kernels/linear/__init__.py:540``: Marlin on SM80-89, while SM90 tries Machete first
+   (``mixed_precision/machete.py:28``, uint4 with zero points, group 128), not the plugin's
+   ``AWQ2_VLLM_KERNEL=marlin`` layout, not compared here.
+
 Nothing else is patched: vLLM's weight loaders, TP cuts, padding decisions, scale and zero-point
-permutations (``int_wna16.py:577`` ``_process_weights_marlin``) run as shipped.
+permutations (``int_wna16.py:577`` ``_process_weights_marlin``, line 749 for AWQ) run as shipped.
 """
 
 from __future__ import annotations
@@ -97,12 +131,44 @@ def _cpu_gptq_marlin_moe_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=
     return torch.stack(out)
 
 
+#: ``awq_pack``'s interleave of the codes of each 32 // bits columns
+#: (``quant_utils.py:919, 921``), and its inverse: field ``i`` of a word holds column
+#: ``AWQ_ORDER[bits][i]`` of its block.
+AWQ_ORDER = {4: [0, 2, 4, 6, 1, 3, 5, 7], 8: [0, 2, 1, 3]}
+
+
+def _cpu_awq_marlin_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+    """``torch.ops._C.awq_marlin_repack`` on the CPU (patch 5 of the module docstring): AWQ's
+    ``[k, n // pf]`` words to codes ``[k, n]``, checked against vLLM's ``awq_pack``, then
+    packed along k (``pack_rows``) and repacked by the GPTQ reference."""
+    from vllm.model_executor.layers.quantization.utils.quant_utils import awq_pack, pack_rows
+
+    pf = 32 // num_bits
+    assert b_q_weight.shape == (size_k, size_n // pf), (b_q_weight.shape, size_k, size_n)
+    shifts = torch.arange(0, 32, num_bits, dtype=torch.int32)
+    fields = (b_q_weight.unsqueeze(-1) >> shifts) & ((1 << num_bits) - 1)  # [k, n // pf, pf]
+    inverse = torch.argsort(torch.tensor(AWQ_ORDER[num_bits]))
+    q = fields[:, :, inverse].reshape(size_k, size_n)
+    assert torch.equal(awq_pack(q, num_bits, size_k, size_n), b_q_weight)
+    gptq = pack_rows(q, num_bits, size_k, size_n)
+    return awq_reference._cpu_gptq_marlin_repack(gptq, size_k, size_n, num_bits, is_a_8bit)
+
+
+def _cpu_awq_marlin_moe_repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+    """``ops.awq_marlin_moe_repack`` (``_custom_ops.py:1188``) with
+    :func:`_cpu_awq_marlin_repack` in place of ``torch.ops._C.awq_marlin_repack``."""
+    out = [_cpu_awq_marlin_repack(b_q_weight[e], size_k, size_n, num_bits, is_a_8bit)
+           for e in range(b_q_weight.shape[0])]  # fmt: skip
+    return torch.stack(out)
+
+
 def patches() -> None:
-    """The four patches of the module docstring."""
+    """The six patches of the module docstring."""
     from vllm import _custom_ops as ops
     from vllm.model_executor.kernels.linear.mixed_precision.marlin import MarlinLinearKernel
     from vllm.model_executor.layers.fused_moe.experts import marlin_moe
     from vllm.model_executor.layers.fused_moe.oracle import int_wna16
+    from vllm.model_executor.layers.quantization import auto_awq
     from vllm.model_executor.layers.quantization.compressed_tensors.schemes import (
         compressed_tensors_wNa16 as ct_dense,
     )
@@ -112,6 +178,8 @@ def patches() -> None:
     ops.gptq_marlin_moe_repack = _cpu_gptq_marlin_moe_repack
     ops.gptq_marlin_repack = awq_reference._cpu_gptq_marlin_repack
     ct_dense.choose_mp_linear_kernel = lambda config, compute_capability=None: MarlinLinearKernel
+    ops.awq_marlin_moe_repack = _cpu_awq_marlin_moe_repack
+    auto_awq.choose_mp_linear_kernel = lambda config, compute_capability=None: MarlinLinearKernel
 
 
 def build(folder: Path, world: int, **kw):
@@ -179,7 +247,14 @@ def _quant_config_tensors(method) -> dict[str, object]:
     return out
 
 
-def rows_for(stock, plugin) -> list[list]:
+def _backend(method) -> str:
+    """The WNA16 MoE backend the oracle chose (``wna16_backend`` on compressed-tensors'
+    method, ``wna16_moe_backend`` on AutoAWQ's, ``auto_awq.py:538``)."""
+    backend = getattr(method, "wna16_backend", None) or method.wna16_moe_backend
+    return backend.value
+
+
+def rows_for(stock, plugin, method: str) -> list[list]:
     from vllm.model_executor.layers.fused_moe import RoutedExperts
 
     rows = []
@@ -192,13 +267,11 @@ def rows_for(stock, plugin) -> list[list]:
         if experts:
             ref_t.update(_quant_config_tensors(ref_mod.quant_method))
             got_t.update(_quant_config_tensors(got_mod.quant_method))
-            rows.append([name, "(method)", type(got_mod.quant_method).__name__ == "AWQv2MoEMethod"
-                         and ref_mod.quant_method.wna16_backend.value == "MARLIN"
-                         and got_mod.quant_method.wna16_backend.value == "MARLIN",
-                         f"{type(ref_mod.quant_method).__name__} "
-                         f"{ref_mod.quant_method.wna16_backend.value} / "
-                         f"{type(got_mod.quant_method).__name__} "
-                         f"{got_mod.quant_method.wna16_backend.value}", kind, None])  # fmt: skip
+            ref_m, got_m = ref_mod.quant_method, got_mod.quant_method
+            rows.append([name, "(method)", type(got_m).__name__ == method
+                         and _backend(ref_m) == _backend(got_m) == "MARLIN",
+                         f"{type(ref_m).__name__} {_backend(ref_m)} / "
+                         f"{type(got_m).__name__} {_backend(got_m)}", kind, None])  # fmt: skip
         seen = set()
         for pname, ref in ref_t.items():
             if not experts and pname in STOCK_ONLY:
@@ -248,10 +321,13 @@ def main() -> None:
         _, stock = build(Path(job["original"]), world)
         _, plugin = build(Path(job["served"]), world, quantization="awq_v2",
                           load_format="awq_v2")  # fmt: skip
+        rows += [[job["label"], world, rank, *row]
+                 for row in rows_for(stock, plugin, job["method"])]  # fmt: skip
         if job.get("perturb"):
-            w13 = dict(plugin.named_modules())[_first_experts(plugin)].w13_weight_packed
-            w13.data.view(-1)[5] += 1
-        rows += [[job["label"], world, rank, *row] for row in rows_for(stock, plugin)]
+            experts = dict(plugin.named_modules())[_first_experts(plugin)]
+            getattr(experts, job["perturb"]).data.view(-1)[5] += 1
+            rows += [[f"{job['label']} perturbed", world, rank, *row]
+                     for row in rows_for(stock, plugin, job["method"])]  # fmt: skip
         del stock, plugin
     out.write_text(json.dumps(rows))
 
