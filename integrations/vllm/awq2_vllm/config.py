@@ -33,7 +33,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from vllm.model_executor.layers.fused_moe import RoutedExperts
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod
@@ -41,6 +40,7 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.utils import marlin_utils
 
 from awq2_vllm.errors import PluginError
+from awq2_vllm.plain import is_symmetric
 from awq2_vllm.weights import CHECKPOINTS, Weights, find_weights, open_weights, rank_zero
 from spec.marlin import marlin_shape_ok
 
@@ -193,10 +193,7 @@ class AWQv2Config(QuantizationConfig):
         reader = open_weights(self.weights, 0, self.weights.tp_size, validate=False)
         try:
             kw = rank_zero(self.weights)
-            zeros = reader.tensor(f"{prefix}.qzeros", **kw)
-            from awq2_vllm.method import ALL_EIGHTS
-
-            return bool(np.all(np.asarray(zeros) == ALL_EIGHTS))
+            return is_symmetric(reader.tensor(f"{prefix}.qzeros", **kw))
         finally:
             reader.close()
 

@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from awq2_vllm.plain import BITS, packed_along, plain_scales
 from reference.quant import codec
 
 PACK = 8  # 4-bit fields per int32 word
-_SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
+_DTYPE = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}
 _logged: set[str] = set()
 log = logging.getLogger("vllm.awq2_vllm")  # a child of vLLM's logger: printed as vLLM's lines are
 
@@ -50,21 +51,10 @@ def cpu_kernels_present() -> bool:
     return hasattr(torch.ops._C, "cpu_gemm_wna16")
 
 
-def _pack(fields: np.ndarray, axis: int) -> np.ndarray:
-    """4-bit ``fields`` packed eight to a word along ``axis`` (value ``t`` of a run of eight in
-    bits ``4t``), as ``int32``."""
-    f = np.moveaxis(fields.astype(np.uint32), axis, 0)
-    f = f.reshape(f.shape[0] // PACK, PACK, *f.shape[1:])
-    words = np.bitwise_or.reduce(f << _SHIFTS.reshape(1, PACK, *([1] * (f.ndim - 2))), axis=1)
-    return np.ascontiguousarray(np.moveaxis(words, 0, axis)).view(np.int32)
-
-
-def _scale_bits(scales: torch.Tensor, k: int, group_size: int) -> torch.Tensor:
-    """Marlin scales back to ``[G, n]``, moved as 16-bit patterns (NumPy has no bfloat16:
-    bfloat16 bits travel as float16 ones, never computed on)."""
-    bits = scales.detach().contiguous().view(torch.int16).numpy().view(np.float16)
-    plain = codec.unswizzle_scales(bits, k, group_size)  # a permutation: the bits move as they are
-    return torch.from_numpy(np.ascontiguousarray(plain).view(np.int16)).view(scales.dtype)
+def _bits_of(scales: torch.Tensor) -> np.ndarray:
+    """A parameter's scales as NumPy bit patterns of the same width (bfloat16 as int16)."""
+    data = scales.detach().contiguous()
+    return data.view(torch.int16 if data.element_size() == 2 else torch.int32).numpy()
 
 
 def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
@@ -75,10 +65,10 @@ def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
     from vllm.scalar_type import scalar_types
 
     k, n, gs = layer.awq2_k, layer.awq2_n, method.group_size
-    codes = codec.unswizzle_qweight(layer.qweight.data.numpy(), k, n, 4)  # uint8 [k, n]
-    scales = _scale_bits(layer.scales.data, k, gs)
+    codes = codec.unswizzle_qweight(layer.qweight.data.numpy(), k, n, BITS)  # uint8 [k, n]
+    scales = plain_scales(_bits_of(layer.scales.data), k, gs, _DTYPE[layer.scales.dtype])
     symmetric = method.symmetric
-    zeros = None if symmetric else codec.unswizzle_zeros(layer.qzeros.data.numpy(), n, 4)
+    zeros = None if symmetric else codec.unswizzle_zeros(layer.qzeros.data.numpy(), n, BITS)
     config = MPLinearLayerConfig(
         full_weight_shape=layer.awq2_full,
         partition_weight_shape=(k, n),
@@ -97,13 +87,13 @@ def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
 
     del layer.qweight, layer.scales, layer.qzeros
     layer.register_parameter("qweight", PackedvLLMParameter(
-        data=torch.from_numpy(_pack(codes, axis=0)), input_dim=0, output_dim=1, packed_dim=0,
+        data=packed_along(codes, axis=0), input_dim=0, output_dim=1, packed_dim=0,
         packed_factor=PACK, weight_loader=noop))  # fmt: skip
     layer.register_parameter("scales", GroupQuantScaleParameter(
         data=scales, input_dim=0, output_dim=1, weight_loader=noop))  # fmt: skip
     if zeros is not None:  # uint8 [G, n]
         layer.register_parameter("qzeros", PackedvLLMParameter(
-            data=torch.from_numpy(_pack(zeros, axis=1)), input_dim=0, output_dim=1,
+            data=packed_along(zeros, axis=1), input_dim=0, output_dim=1,
             packed_dim=1, packed_factor=PACK, weight_loader=noop))  # fmt: skip
     kernel = kernel_type(config, w_q_param_name="qweight", w_s_param_name="scales",
                          w_zp_param_name="qzeros")  # fmt: skip

@@ -59,12 +59,11 @@ from vllm.model_executor.layers.linear import (
 from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
 
 from awq2_vllm.errors import PluginError
+from awq2_vllm.plain import is_symmetric
 from reference.format.layers import Parallel
 from spec.marlin import pack_factor
 
 MARLIN_TILE = 16  # rows of k per Marlin qweight row (spec: Marlin qweight)
-#: A 32-bit word of eight 4-bit zero points, every one 8 (the same under any nibble order).
-ALL_EIGHTS = -2004318072  # 0x88888888 as int32
 
 
 @dataclass(frozen=True)
@@ -238,7 +237,7 @@ class AWQv2LinearMethod(LinearMethodBase):
                               f"k = {k}, n parts = {sizes}, group_size = {gs}")  # fmt: skip
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
-        self.symmetric = bool(torch.all(layer.qzeros.data == ALL_EIGHTS))
+        self.symmetric = is_symmetric(layer.qzeros.data)
         if self.kernel_path == "cpu":
             from awq2_vllm.cpu import hand_to_cpu_kernel
 

@@ -44,7 +44,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from vllm.model_executor.layers.quantization.auto_awq import AutoAWQMoEMethod
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
@@ -52,13 +51,12 @@ from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tenso
 )
 
 from awq2_vllm.errors import PluginError
-from awq2_vllm.method import ALL_EIGHTS, Part
+from awq2_vllm.method import Part
+from awq2_vllm.plain import is_symmetric, packed_along, plain_scales
 from reference.format.layers import Parallel
 from reference.quant import codec
-from reference.quant.dtypes import raw_bits
 
 PACK = 8  # 4-bit fields per int32 word
-_SHIFTS = np.arange(0, 32, 4, dtype=np.uint32)
 #: The stored names of an expert's three projections, in the two spellings checkpoints use
 #: (transformers' ``gate_proj / up_proj / down_proj``; Mixtral's original ``w1 / w3 / w2``)
 #: [LAY-12].
@@ -154,15 +152,15 @@ class AWQv2MoEMethod(ct_moe.CompressedTensorsWNA16MoEMethod):
         ``row0 ..`` of w13 (gate, up) or into w2 (down): ``weight_packed`` ``int32 [n, k // 8]``
         (codes packed along k), ``weight_scale [n, G]``, and the expert's whole ``[n, k]`` in
         ``weight_shape``; every zero point must be 8."""
-        if not np.all(layer.qzeros == ALL_EIGHTS):
+        if not is_symmetric(layer.qzeros):
             raise PluginError("EXPERTS_MIXED", where, "every zero point 8, as in expert 0 "
                               "(a symmetric expert set)", "other zero points")  # fmt: skip
         codes = codec.unswizzle_qweight(layer.qweight, layer.k, layer.n, layer.bits)  # [k, n]
         target = "w2" if role == 2 else "w13"
         rows = slice(None) if role == 2 else slice(row0, row0 + layer.n)
         _copy(getattr(module, f"{target}_weight_packed").data[e, rows],
-              torch.from_numpy(_pack(codes.T, axis=1)))  # fmt: skip
-        _copy(getattr(module, f"{target}_weight_scale").data[e, rows], _plain_scales(layer).T)
+              packed_along(codes.T, axis=1))  # fmt: skip
+        _copy(getattr(module, f"{target}_weight_scale").data[e, rows], _scales(layer).T)
         size = module.moe_config.moe_parallel_config.tp_size
         whole = [layer.n * size, layer.k] if role < 2 else [layer.n, layer.k * size]
         shape = getattr(module, f"{target}_weight_shape")
@@ -201,27 +199,11 @@ class AWQv2AsymmetricMoEMethod(AutoAWQMoEMethod):
               torch.from_numpy(codec.awq_pack(codes, layer.bits)))  # fmt: skip
         _copy(getattr(module, f"{target}_qzeros").data[e, :, words],
               torch.from_numpy(codec.awq_pack(zeros, layer.bits)))  # fmt: skip
-        _copy(getattr(module, f"{target}_scales").data[e, :, cols], _plain_scales(layer))
+        _copy(getattr(module, f"{target}_scales").data[e, :, cols], _scales(layer))
 
 
-def _pack(fields: np.ndarray, axis: int) -> np.ndarray:
-    """4-bit ``fields`` packed eight to a word along ``axis`` (value ``t`` of a run of eight
-    in bits ``4t``), as ``int32``: compressed-tensors' ``pack_to_int32`` order."""
-    f = np.moveaxis(fields.astype(np.uint32), axis, 0)
-    f = f.reshape(f.shape[0] // PACK, PACK, *f.shape[1:])
-    words = np.bitwise_or.reduce(f << _SHIFTS.reshape(1, PACK, *([1] * (f.ndim - 2))), axis=1)
-    return np.ascontiguousarray(np.moveaxis(words, 0, axis)).view(np.int32)
-
-
-def _plain_scales(layer: Any) -> torch.Tensor:
-    """A stored layer's Marlin scales back in ``[G, n]`` order, as the stored dtype (the
-    permutation moves bit patterns; nothing is computed on them)."""
-    raw = raw_bits(layer.scales)
-    as_float = raw.view(np.float16 if raw.itemsize == 2 else np.float32)
-    plain = np.ascontiguousarray(codec.unswizzle_scales(as_float, layer.k, layer.group_size))
-    torch_dtype = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}
-    bits = torch.from_numpy(plain.view(raw.dtype).view(np.int16 if raw.itemsize == 2 else np.int32))
-    return bits.view(torch_dtype[layer.scale_dtype])
+def _scales(layer: Any) -> torch.Tensor:
+    return plain_scales(layer.scales, layer.k, layer.group_size, layer.scale_dtype)
 
 
 MOE_METHODS = (AWQv2MoEMethod, AWQv2AsymmetricMoEMethod)

@@ -33,7 +33,7 @@ from typing import Any
 
 from awq2_vllm.errors import PluginError
 from reference.format.reader import Reader
-from reference.sets.fileset import FileSet
+from reference.sets.fileset import FileSet, dangling_link
 from reference.sets.setmanifest import read_manifest
 from reference.sources.legacy import open_checkpoint
 from spec.constants import SET_MANIFEST
@@ -70,6 +70,11 @@ def find_weights(model: str | os.PathLike[str]) -> Weights:
         if p.name.endswith(".json"):
             return _set(p)
         return Weights(p, "file")
+    for name in (SET_MANIFEST, WEIGHT_FILE):  # a link to nothing is named, never skipped
+        broken = dangling_link(p / name)
+        if broken is not None:
+            raise PluginError("WEIGHTS_UNREADABLE", str(p / name), f"{name}, readable",
+                              broken.strerror)  # fmt: skip
     if (p / SET_MANIFEST).is_file():
         return _set(p / SET_MANIFEST)
     if (p / WEIGHT_FILE).is_file():
