@@ -55,7 +55,7 @@ BUILD = C_DIR / "build" / "fuzz"
 BINARY = BUILD / "awq2c-fuzz"
 DICTIONARY = FUZZ_DIR / "awq2.dict"
 #: The loader's sources linked into the target (main.c, the command line, is not).
-LOADER = ("json.c", "reader.c", "codec.c", "describe.c")
+LOADER = ("error.c", "json.c", "reader.c", "codec.c", "describe.c")
 UNINSTRUMENTED = ("hash.c",)
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 CFLAGS = ["-std=c11", "-g", "-O1", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]

@@ -1,7 +1,7 @@
 """File-set vectors (spec 2.1, docs/spec/sets.md): folders holding a manifest and its members.
 
 A set vector is a folder: ``model.awq2.set.json`` and the files it lists, each member written by
-the reference writer from contents drawn here (:func:`tools.vectors.generate.build`).  The
+the reference writer from contents drawn here (:func:`tools.vectors.content.build`).  The
 manifest is written here, field by field, from the members' bytes (length, ``header_crc`` at
 header bytes 124-127, SHA-256), then broken on purpose for the must-reject vectors.
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from spec.constants import SET_MANIFEST, SET_RANK_KEY, SET_VERSION
-from tools.vectors.generate import (
+from tools.vectors.content import (
     MIXTRAL_EXPERT_ROLES,
     Content,
     Layer,

@@ -3,21 +3,9 @@
  * product that is compared is first shown not to wrap. */
 #include "awq2.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int awq2_fail(awq2_error *err, const char *code, uint64_t offset, const char *fmt, ...)
-{
-    va_list ap;
-    err->code = code;
-    err->offset = offset;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ------------------------------------------------------------------ registries */
 
