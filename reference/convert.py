@@ -11,7 +11,11 @@ SRC may also be an AWQ-v2 model: a file, a model folder (``model.awq2`` or a set
 set or a rank set (:mod:`reference.sources.awq2`; a rank set's shards joined back by
 :class:`reference.sets.tpsplit.RankJoin`).  Any layout then becomes any other (a single file,
 a split set, a rank set of any T), byte-identical to converting the original checkpoint: the
-stored provenance is carried over, not replaced.
+stored provenance is carried over, not replaced.  Such a SRC is validated in full (a set's
+SET-8, its members' records of their ranks SET-15 included) and verified (every payload
+checksum, every member's SHA-256) before anything is written: a damaged or inconsistent model
+is refused, never re-encoded under fresh checksums.  DST never names, holds or joins a file of
+SRC (:func:`source_guard`).
 The conversion:
 
 * streams layer by layer: peak memory is about one layer (its v1 tensors, the
@@ -58,7 +62,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from reference import __version__
 from reference.format.layers import PARTS, StoredTensor, encode_linear
@@ -72,6 +76,7 @@ from reference.ground.text import escape
 from reference.opener import open as open_any
 from reference.sets import folder
 from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.setmanifest import read_manifest
 from reference.sets.setwriter import RankSetWriter, SetWriter, parse_size
 from reference.sets.tpsplit import (
     KINDS,
@@ -298,7 +303,7 @@ def convert(
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    with open_source(src_path) as src:
+    with open_source(src_path, check="verify") as src:  # refused, never laundered [SET-8]
         plan = make_plan(src, hash_sources=False)  # checked now, with placeholder digests
         split = None if tp_size is None else split_plan(src, plan, tp_size, tp_rules)
         payload = plan.sizes()["payload_bytes"]
@@ -389,7 +394,7 @@ def convert_folder(
         summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
                           max_shard_size=max_shard_size, tp_size=tp_size,
                           tp_rules=tp_rules)  # fmt: skip
-        with open_source(src) as checkpoint:
+        with open_source(src, check="none") as checkpoint:  # verified by convert() above
             family, config = checkpoint.family, checkpoint.config or {}
             if isinstance(checkpoint, Awq2Checkpoint):  # an AWQ-v2 folder's manifest is its own
                 files.copies = [p for p in files.copies if p.name != SET_MANIFEST]
@@ -417,7 +422,12 @@ def _source_digests(src: Checkpoint, *, background: bool) -> Iterator[Callable[[
     """The SHA-256 of each source file for the provenance [META-3], as a function that returns
     them.  With ``background`` they are computed on a thread of their own from the start,
     overlapping the repacking (hashlib releases the GIL); else when the function is called,
-    on the caller's thread.  Leaving the block early stops the hashing at its next buffer."""
+    on the caller's thread.  Leaving the block early stops the hashing at its next buffer.
+    Digests the source already knows (a verified set's manifest) are taken as they are."""
+    known = getattr(src, "digests", None)
+    if known is not None:
+        yield lambda: list(known)
+        return
     if not background:
         yield lambda: [sha256_of(f) for f in src.files]
         return
@@ -525,30 +535,76 @@ def _prepare_step(src: Checkpoint, step: Step) -> list[StoredTensor]:
     return stored
 
 
-def open_source(path: str | os.PathLike[str]) -> Checkpoint:
+#: How much of an AWQ-v2 source :func:`open_source` checks before it is read: nothing more
+#: than the opening checks, full validation (SET-8 with SET-15, RD-2), or full validation
+#: and every payload checksum and, for a set, every member's SHA-256 (``verify()``).
+SourceCheck = Literal["none", "validate", "verify"]
+
+
+def open_source(path: str | os.PathLike[str], *, check: SourceCheck = "validate") -> Checkpoint:
     """What SRC is read through: an AWQ-v2 file, model folder or set as a checkpoint
     (:class:`~reference.sources.awq2.Awq2Checkpoint`: a rank set's shards joined by the cuts
     its members record, :class:`~reference.sets.tpsplit.RankJoin`), or a checkpoint
-    (:func:`~reference.sources.legacy.open_checkpoint`)."""
+    (:func:`~reference.sources.legacy.open_checkpoint`).
+
+    An AWQ-v2 source is ``check``ed first, before any tensor is read: a set whose manifest
+    contradicts its members (SET-15: a member's record of its rank), or a payload that is
+    not its checksum, is refused with its code, never re-encoded under fresh checksums
+    [SET-8, ENT-10].  ``"verify"`` reads the source once more; a set's SHA-256, then known
+    right, serves the provenance too (no second hashing)."""
     p = Path(path)
     if not _is_awq2(p):
         return open_checkpoint(p)
     opened = open_any(p)
-    if isinstance(opened, FileSet):
-        files = [opened.path / m.name for m in opened.manifest.members]
+    try:
+        _check_source(opened, check)
+        if not isinstance(opened, FileSet):
+            assert isinstance(opened, Reader)
+            return Awq2Checkpoint(p, WholeModel(opened), kind="file", files=[opened.path])
+        members = opened.manifest.members
+        files = [opened.path / m.name for m in members]
+        digests = [m.sha256 for m in members] if check == "verify" else None
         if opened.kind != "rank":
-            return Awq2Checkpoint(p, WholeModel(opened), kind="split set", files=files)
-        try:
-            metadata = opened.metadata
-            config = metadata.get("config")
-            join = RankJoin(recorded_plan(metadata.get("tensor_parallel")),
-                            config if isinstance(config, dict) else None)  # fmt: skip
-        except BaseException:
-            opened.close()
-            raise
-        return Awq2Checkpoint(p, RankModel(opened, join), kind="rank set", files=files)
-    assert isinstance(opened, Reader)
-    return Awq2Checkpoint(p, WholeModel(opened), kind="file", files=[opened.path])
+            return Awq2Checkpoint(p, WholeModel(opened), kind="split set", files=files,
+                                  digests=digests)  # fmt: skip
+        metadata = opened.metadata
+        config = metadata.get("config")
+        join = RankJoin(_recorded_plan(opened, metadata),
+                        config if isinstance(config, dict) else None)  # fmt: skip
+        return Awq2Checkpoint(p, RankModel(opened, join), kind="rank set", files=files,
+                              digests=digests)  # fmt: skip
+    except BaseException:
+        opened.close()
+        raise
+
+
+def _check_source(opened: Reader | FileSet | object, check: SourceCheck) -> None:
+    """Full validation (``"validate"``) or verification (``"verify"``) of an opened AWQ-v2
+    source; an error in a single file names it, as a set's errors name their member."""
+    if check == "none":
+        return
+    assert isinstance(opened, (Reader, FileSet))
+    try:
+        if check == "verify":
+            opened.verify()
+        else:
+            opened.validate()
+    except FormatError as exc:
+        if exc.path is None and isinstance(opened, Reader):
+            exc.path = str(opened.path)
+            exc.message = f"{opened.path.name}: {exc.message}"
+        raise
+
+
+def _recorded_plan(opened: FileSet, metadata: dict[str, Any]) -> SplitPlan:
+    """The split a rank set's members record, for the degree its manifest lists
+    (``TP_BAD_CONFIG`` when they differ: the ranks of another conversion)."""
+    plan = recorded_plan(metadata.get("tensor_parallel"))
+    if plan.tp_size != opened.tp_size:
+        raise error("TP_BAD_CONFIG", f"the members record a split over {plan.tp_size} ranks; "
+                    f"{SET_MANIFEST} lists {opened.tp_size}", expected=opened.tp_size,
+                    found=plan.tp_size, path=str(opened.manifest_path))  # fmt: skip
+    return plan
 
 
 def _in_folder_order(path: Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -751,7 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"architecture's table (kind: {', '.join(KINDS)}; the pattern "
                         "matches a whole module name)")  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
-    parser.add_argument("--no-verify", action="store_true", help="skip the final validation")
+    parser.add_argument("--no-verify", action="store_true", help="skip the final validation of the "
+                        "output (an AWQ-v2 SRC is still validated and verified first)")  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document on stdout whatever the outcome: the "
@@ -801,19 +858,69 @@ def check_paths(
         return EXIT_USAGE, f"DST's file name is longer than {NAME_MAX} bytes"
     if to_folder:
         problem = folder.check_folder_paths(src, dst, overwrite=overwrite)
+        problem = problem or source_guard(src, dst, to_folder=True)
         return None if problem is None else (EXIT_USAGE, escape(problem))
     if dst.is_dir():
         return EXIT_USAGE, (
             f"DST {escape(str(dst))} is a folder; a DST ending in .awq2 names the file to write"
         )
-    sources = [p for p in src.iterdir() if p.is_file()] if src.is_dir() else [src]
-    if dst.exists() and any(os.path.samefile(dst, p) for p in sources):
-        return EXIT_USAGE, f"DST {escape(str(dst))} is a file of the source; it would be lost"
+    problem = source_guard(src, dst, to_folder=False)
+    if problem is not None:
+        return EXIT_USAGE, escape(problem)
     if (dst.exists() or dst.is_symlink()) and not overwrite:
         return EXIT_USAGE, (
             f"DST {escape(str(dst))} exists; pass --overwrite to replace it (only once the new "
             "file is complete and verified)"
         )
+    return None
+
+
+def source_files(src: Path) -> tuple[list[Path], Path | None]:
+    """Every file SRC consists of, and the folder of the set it is (None if it is not one):
+    a folder's regular files (links followed); a set's manifest and every member it lists
+    (whether or not they are in the folder: a member may be a link elsewhere) and every
+    ``.awq2`` file of its folder [SET-8]; a file itself."""
+    if src.is_dir():
+        files = [p for p in src.iterdir() if p.is_file()]
+        set_folder = src if os.path.lexists(src / SET_MANIFEST) else None
+    elif is_set_path(src):
+        files, set_folder = [src], src.parent
+    else:
+        return [src], None
+    if set_folder is not None:
+        manifest = set_folder / SET_MANIFEST if src.is_dir() else src
+        try:
+            listed = [set_folder / m.name for m in read_manifest(manifest).members]
+        except (FormatError, OSError):  # refused later, when it is read; its folder still counts
+            listed = []
+        files += [*listed, *set_folder.glob("*.awq2")]
+    return files, set_folder
+
+
+def source_guard(src: Path, dst: Path, *, to_folder: bool) -> str | None:
+    """The one check that DST never replaces, deletes or joins the source, whatever form
+    names them (a folder, a manifest, a member, a link to one): a message naming DST, or None.
+
+    Refused: a file DST that is any file of SRC (:func:`source_files`, links resolved); a
+    file DST inside the folder of a set SRC (a new ``.awq2`` there joins the set,
+    ``SET_EXTRA_FILE``, and a member's name replaces it); a folder DST that holds any file of
+    SRC, links resolved (``--overwrite`` would delete it) [CONV-2]."""
+    files, set_folder = source_files(src)
+    real = {Path(os.path.realpath(f)) for f in files if os.path.exists(f)}
+    shown = escape(str(dst))
+    if to_folder:
+        target = Path(os.path.realpath(dst))
+        held = sorted(f for f in real if f == target or target in f.parents)
+        if held:
+            return (f"DST {shown} holds {escape(str(held[0]))}, a file of the source; replacing "
+                    "DST would delete it")  # fmt: skip
+        return None
+    if os.path.exists(dst) and Path(os.path.realpath(dst)) in real:
+        return f"DST {shown} is a file of the source; it would be lost"
+    if set_folder is not None and os.path.realpath(dst.parent) == os.path.realpath(set_folder):
+        return (f"DST {shown} is inside the folder of the source set {escape(str(set_folder))}: "
+                "a new .awq2 file there joins the set (SET_EXTRA_FILE) and a member's name "
+                "replaces it; write DST elsewhere")  # fmt: skip
     return None
 
 
@@ -930,7 +1037,7 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
                 report.note(f"removing a partial folder left by an interrupted run: {left}")
                 shutil.rmtree(left, ignore_errors=True)
         if args.dry_run:
-            with open_source(args.src) as src:
+            with open_source(args.src, check="validate") as src:
                 plan = make_plan(src, hash_sources=False)
                 if args.tp is not None:  # refused now, as the conversion would refuse it
                     split_plan(src, plan, args.tp, tp_rules)

@@ -36,7 +36,11 @@ process may not write.
 Refused (exit 1, nothing written): a key the spec reserves (``awq2_rank``), deleting a key
 the metadata does not hold, metadata a reader would refuse (a number over 100 bytes or out
 of binary64's range, nesting over 64 levels, over 16 MiB) [META-5, LIM-5], and an input that
-fails validation or verification.  An edit that changes nothing writes nothing (exit 0,
+fails validation or verification; a ``--set`` value past those limits, measured before it is
+parsed (``LIMIT_METADATA``); one member of a set named as a file (its manifest records its
+size and SHA-256: the message gives the command that edits the set) [SET-5].  ``KEY=@FILE``
+reads a regular file (a link to one included), at most 16 MiB and one byte of it; a FIFO, a
+device or a folder is an I/O error.  An edit that changes nothing writes nothing (exit 0,
 ``unchanged``).
 
 Exit status: 0 done (or unchanged, or planned with ``--dry-run``), 1 refused, 2 usage
@@ -51,6 +55,7 @@ import errno
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -61,11 +66,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from reference.format.metadata import encode_metadata
+from reference.format.metadata import encode_metadata, lexical_depth, parse_metadata
 from reference.format.reader import Reader
 from reference.ground.cli import JsonUsageParser
-from reference.ground.errors import FormatError
-from reference.ground.files import fsync_dir, open_regular
+from reference.ground.errors import FormatError, error
+from reference.ground.files import NotRegularFileError, fsync_dir, open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet
 from reference.sets.folder import MODEL_FILE, exchange_folders, swap_in
@@ -73,7 +78,13 @@ from reference.sets.setmanifest import Manifest, parse_manifest
 from reference.write import partial
 from reference.write.rangecopy import Copied, copy_range
 from spec.algorithms import crc32c
-from spec.constants import MAX_METADATA_LENGTH, SET_MANIFEST, SET_RANK_KEY, SLAB_OFFSET
+from spec.constants import (
+    MAX_METADATA_DEPTH,
+    MAX_METADATA_LENGTH,
+    SET_MANIFEST,
+    SET_RANK_KEY,
+    SLAB_OFFSET,
+)
 from spec.schema import TRAILER_SIZE, Header, HeaderFields, Trailer
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
@@ -253,14 +264,48 @@ def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool,
 
 def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
               dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Edit one file's metadata and publish it whole; the summary ``--json`` prints."""
+    """Edit one file's metadata and publish it whole; the summary ``--json`` prints.  A set's
+    member is refused (:class:`EditRefused`) before anything is written: see
+    :func:`check_not_member`."""
     path = Path(path)
+    check_not_member(path)
     _remove_stale(path)
     edited = _prepare(path, changes, verify=verify, write=not dry_run)
     if edited is not None and not dry_run:
         edited.publish()
         fsync_dir(path.parent)
     return _summary("file", path, changes, [(path, edited)], dry_run=dry_run, verify=verify)
+
+
+def member_of(path: Path) -> Path | None:
+    """The manifest beside ``path`` that lists it among its files, or None [SET-2].  Read as
+    far as a set's manifest is (a regular file, at most ``max_metadata_length`` bytes, its
+    depth measured before parsing), of any version or kind; a manifest that is absent,
+    unreadable or not JSON lists nothing: no set opens with it."""
+    manifest = (path.parent if str(path.parent) else Path(".")) / SET_MANIFEST
+    try:
+        with open_regular(manifest) as f:
+            raw = f.read(MAX_METADATA_LENGTH + 1)
+        document = parse_metadata(raw, offset=0)
+    except (OSError, FormatError):
+        return None
+    files = document.get("files")
+    listed = files if isinstance(files, list) else []
+    names = {item.get("name") for item in listed if isinstance(item, dict)}
+    return manifest if path.name in names else None
+
+
+def check_not_member(path: Path) -> None:
+    """Refuse (:class:`EditRefused`) a set's member named as a file: its manifest records its
+    size, header checksum and SHA-256 [SET-2, SET-5], so the member edited alone would leave a
+    set that no longer opens.  The message gives the command that edits the whole set."""
+    manifest = member_of(path)
+    if manifest is not None:
+        raise EditRefused(f"{path} is a member of the file set {manifest}: edited alone it "
+                          "would no longer match the size and SHA-256 the manifest records, "
+                          "and the set would not open; edit the set (every member and the "
+                          f"manifest): awq2-meta {shlex.quote(str(manifest))} with the same "
+                          "options; nothing was written")  # fmt: skip
 
 
 # ------------------------------------------------------------------ a set
@@ -569,16 +614,57 @@ def changes_of(args: argparse.Namespace) -> Changes:
 
 
 def _json_value(key: str, text: str) -> Any:
-    source = f"--set {key}"
+    """The value of ``--set KEY=TEXT`` (``@FILE``: the file's text), its length and nesting
+    measured before it is parsed [LIM-5, META-6]: past either limit, ``LIMIT_METADATA`` (a
+    :class:`FormatError`: refused); not JSON, ``ValueError`` (a usage error); a file that
+    cannot be read, ``OSError``."""
+    source, path = f"--set {key}", None
     if text.startswith("@"):
-        source = text[1:]
-        with open(text[1:], encoding="utf-8") as f:  # OSError: an I/O error
-            text = f.read()
+        path = text[1:]
+        source = f"{path} (--set {key}=@FILE)"
+        try:
+            raw = _read_value_file(path, source)
+        except NotRegularFileError as exc:
+            raise NotRegularFileError(exc.errno, f"{exc.strerror}; --set {key}=@FILE reads "
+                                      "a regular file", path) from exc  # fmt: skip
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{source}: not UTF-8 text (at its byte {exc.start})") from exc
+    else:  # argv's undecodable bytes are lone surrogates: counted, refused later [META-5]
+        raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_METADATA_LENGTH:
+        raise _over_length(source, path, len(raw))
+    depth = lexical_depth(raw)
+    if depth > MAX_METADATA_DEPTH:  # json.loads would recurse once per level
+        raise error("LIMIT_METADATA", f"{source}: the JSON value nests {depth} levels deep, "
+                    f"past the {MAX_METADATA_DEPTH} a reader accepts in metadata (measured "
+                    "before parsing)", expected=f"depth <= {MAX_METADATA_DEPTH}", found=depth,
+                    path=path)  # fmt: skip
     try:
         return _strict_json(text)
     except ValueError as exc:
         raise ValueError(f"{source}: not a JSON value ({exc}); a string needs its quotes, "
                          "or use --set-string") from exc  # fmt: skip
+
+
+def _read_value_file(path: str, source: str) -> bytes:
+    """The bytes of ``--set KEY=@FILE``: a regular file (a link to one included; a FIFO, a
+    device or a folder is ``NotRegularFileError``, an I/O error), read no further than the
+    metadata limit and one byte [LIM-5]."""
+    with open_regular(path) as f:
+        raw = f.read(MAX_METADATA_LENGTH + 1)
+        size = os.fstat(f.fileno()).st_size
+    if len(raw) > MAX_METADATA_LENGTH:
+        raise _over_length(source, path, max(size, len(raw)))
+    return raw
+
+
+def _over_length(source: str, path: str | None, size: int) -> FormatError:
+    return error("LIMIT_METADATA", f"{source}: {size:,} bytes, over the "
+                 f"{MAX_METADATA_LENGTH:,} bytes a reader accepts as metadata (read no "
+                 "further)", expected=f"<= {MAX_METADATA_LENGTH} bytes",
+                 found=f"{size} bytes", path=path)  # fmt: skip
 
 
 def _emit(document: dict[str, Any]) -> None:
@@ -594,6 +680,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         changes = changes_of(args)
+    except FormatError as exc:  # a value past the metadata's limits, before it was parsed
+        return _refused(args, exc, why="", where=False)
     except OSError as exc:
         return _fail(args, EXIT_IO, f"cannot read {escape(str(exc.filename))}: {exc.strerror}")
     except ValueError as exc:
@@ -625,14 +713,16 @@ def _fail(args: argparse.Namespace, status: int, message: str, word: str = "erro
     return status
 
 
-def _refused(args: argparse.Namespace, exc: FormatError) -> int:
-    """An input that fails its checks: the edit is refused with the check's code."""
+def _refused(args: argparse.Namespace, exc: FormatError, *,
+             why: str = "the input is not valid: ", where: bool = True) -> int:  # fmt: skip
+    """An input that fails its checks: the edit is refused with the check's code; ``where``:
+    a second line names ``exc.path`` (not named in the message)."""
     if args.json:
         _emit({"status": "refused", "exit_status": EXIT_REFUSED, "error": exc.to_dict()
                | {"path": exc.path}})  # fmt: skip
         return EXIT_REFUSED
-    print(f"refused: the input is not valid: {escape(str(exc))}", file=sys.stderr)
-    if exc.path:
+    print(f"refused: {why}{escape(str(exc))}", file=sys.stderr)
+    if exc.path and where:
         print(f"  in {escape(exc.path)}", file=sys.stderr)
     return EXIT_REFUSED
 

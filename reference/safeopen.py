@@ -36,6 +36,22 @@ What differs, on purpose:
   reads) into a new array, exactly ``(b - a)`` times the row's bytes; the remaining indices
   (columns, steps) are applied in memory.  A file found shorter raises ``TRUNCATED``.
 
+A file truncated after it was opened (another process, a download started again) is refused
+with ``TRUNCATED`` by every call (``keys``, ``metadata``, ``get_tensor``, ``get_slice``),
+never by a SIGBUS: each call first compares the size of the open file (one ``fstat`` of its
+descriptor) with its size at open, before any page of the map is touched (the index, which
+``keys`` and every lookup read, lies in the map too).  Of a set, each member a call reads is
+checked so (``FileSet.lease``).  Indexing a slice taken before the cut needs no check: it
+reads by ``preadv``, which finds the new end itself and raises ``TRUNCATED`` for rows past
+it, never faults, and returns rows still there.  What is left is a race: a file cut between
+the check and the touch of a page (the index, or a ``get_tensor`` view, which is the map
+itself and faults whenever it is read after the cut) still kills the process.  Only a
+private copy closes it: ``reference.open(path, copy=True)`` reads the file once into memory
+(a ``"pt"`` tensor is a copy too, but made from the map).
+
+Threads may share one ``safe_open``, of a set too: a member being read is never closed to
+make room for another (``FileSet.lease``).
+
 ``"pt"`` results are new tensors (:func:`reference.torch.from_array`, which copies the bits
 once, into pinned memory for a CUDA device, then ``.to(device)``): that module, and torch
 with it, is imported by the first ``safe_open(..., "pt")``, so that ``import reference`` never
@@ -49,6 +65,7 @@ import math
 import operator
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 from typing import Any
 
@@ -115,32 +132,47 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
             raise ValueError("the file is closed (use safe_open in a with block)")
         return self._opened
 
+    def _checked(self) -> Reader | FileSet:
+        """The open file, refused with ``TRUNCATED`` if it is shorter now than at open (a
+        set checks each member as a call reads it)."""
+        opened = self._open()
+        if isinstance(opened, Reader):
+            opened.check_length()
+        return opened
+
     def keys(self) -> list[str]:
         """Every tensor name, in slab order (of a set, member by member)."""
-        return self._open().names()
+        return self._checked().names()
 
     def metadata(self) -> dict[str, Any]:
         """The metadata JSON object, ``{}`` when there is none [META-1]."""
-        return self._open().metadata
+        return self._checked().metadata
 
     def get_tensor(self, name: str) -> Any:
         """The whole tensor: a read-only NumPy view of the map, or a new torch tensor."""
-        return self._convert(self._open().tensor(name))
+        return self._convert(self._checked().tensor(name))
 
     def get_slice(self, name: str) -> SafeSlice:
         """A tensor to index (``[rows, columns]``), reading only the rows the index covers."""
-        return SafeSlice(self._open().entry(name), self._holder, self._convert)
+        opened = self._checked()
+        if isinstance(opened, Reader):
+            return SafeSlice(opened.entry(name), self._holder, self._convert)
+        index = opened.find(name)
+        if index is None:
+            raise TensorNotFoundError(name)
+        with opened.lease(index) as reader:
+            info = reader.entry(name)
+        return SafeSlice(info, lambda: self._holder(index), self._convert)
 
-    def _holder(self, name: str) -> Reader:
-        """The reader of the file that holds ``name`` (of a set: its member, opened again if
-        the set closed it meanwhile)."""
+    def _holder(self, index: int = 0) -> AbstractContextManager[Reader]:
+        """The reader of the file, or of member ``index`` of a set, held open while in use:
+        the set may close a member meanwhile, to open others, and opens it again (with its
+        opening checks); it never closes one under a reader.  Nothing is checked: a slice
+        reads by ``preadv``, which finds a new end of file itself."""
         opened = self._open()
         if isinstance(opened, Reader):
-            return opened
-        for reader in opened.rank_members(opened.only_rank or 0):
-            if name in reader:
-                return reader
-        raise TensorNotFoundError(name)
+            return nullcontext(opened)
+        return opened.lease(index, check_length=False)
 
     def close(self) -> None:
         """Close the file; views and tensors handed out stay valid."""
@@ -162,9 +194,10 @@ class SafeSlice:
     def __init__(
         self,
         info: TensorInfo,
-        holder: Callable[[str], Reader],
+        holder: Callable[[], AbstractContextManager[Reader]],
         convert: Callable[[NDArray[Any]], Any],
     ) -> None:
+        """``holder()`` holds the reader of the file that stores ``info`` open for a read."""
         self.info = info
         self._holder, self._convert = holder, convert
 
@@ -182,9 +215,9 @@ class SafeSlice:
         start, block_shape, local = covered_run(index, info.shape)
         block = np.empty(block_shape, numpy_dtype(info.dtype))
         if block.nbytes:
-            reader = self._holder(info.name)
             offset = info.offset + start * block.itemsize
-            pread_exact(reader.fileno(), block.reshape(-1).view(np.uint8).data, offset)
+            with self._holder() as reader:
+                pread_exact(reader.fileno(), block.reshape(-1).view(np.uint8).data, offset)
         return self._convert(np.ascontiguousarray(block[local]) if local else block)
 
 

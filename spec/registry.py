@@ -408,7 +408,8 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "SetError",
         ("SET-15",),
         "a member whose own record of its rank and tensor-parallel degree (its metadata's "
-        "awq2_rank) is absent or not the set manifest's, or a split set's member that has one",
+        "awq2_rank) is absent, malformed (not an object of two integers, null included) or not "
+        "the set manifest's, or a split set's member that has one, whatever its value",
     ),
     ErrorCode(
         "SET_BAD_SHA256",

@@ -323,7 +323,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "and record the same k, n, bits and group size. Full validation checks it after every "
         "entry has passed, taking the entries in index order, and for each quantised one its "
         "two other roles in the order qweight, scales, qzeros (`BAD_QUANT_FIELDS` at the "
-        "offset of the entry being checked).",
+        "offset of the entry being checked: its first byte, RD-7).",
     ),
     _r(
         "LAY-8",
@@ -435,7 +435,9 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "META-6",
         "MUST",
-        "A reader MUST check the metadata in this order: no byte order mark and valid UTF-8; "
+        "A reader MUST check the metadata in this order: no byte order mark (metadata "
+        "starting with `EF BB BF` is `BAD_METADATA` at its first byte, whatever follows, "
+        "invalid UTF-8 included); then valid UTF-8; "
         "then its nesting depth, by one pass over the bytes before any parsing (outside a "
         'string, `"` starts a string, `[` and `{` add one and `]` and `}` subtract one; '
         'inside a string, `\\` skips the next byte and `"` ends it), a depth over '
@@ -726,7 +728,11 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         f"metadata MUST compare every open member's, without its `{SET_RANK_KEY}`, with the "
         "first one's and refuse a difference with `TP_METADATA_MISMATCH` naming both members, "
         "never show one member's as the set's; the set's metadata is then the first open "
-        "member's, as stored.",
+        "member's, as stored. The comparison is a check of the call that gives the metadata, "
+        "not of full validation or verification (SET-8): a rank set whose members' metadata "
+        "differ passes SET-8, and a conformance adapter, which gives the first member's "
+        "metadata without comparing (ADP-5), accepts it; ADP-5 governs the accept document, "
+        "since a vector's verdict is SET-8's alone.",
         subject="runtime",
     ),
     _r(
@@ -743,8 +749,59 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         f"holds no `{SET_RANK_KEY}` (`SET_WRONG_RANK`, naming the member): the manifest alone "
         "cannot show which rank's shards a file holds, nor for which degree they were cut, "
         "since the shards of every rank, and ranks 0 to `T - 1` of a conversion for more "
-        "than `T` ranks, have the same names and fields (SET-7).",
+        "than `T` ranks, have the same names and fields (SET-7). A record that is not an "
+        "object, that lacks `rank` or `tp_size`, or that holds one that is not an integer as "
+        'SET-2 defines them (`"1"`, `1.0`, `1e0`) is `SET_WRONG_RANK`, as a record of another '
+        f'rank is; the key is present whatever its value, so `"{SET_RANK_KEY}": null` is '
+        "`SET_WRONG_RANK` in a rank set (no record) and in a split set (a key it must not "
+        "hold).",
         subject="set",
+    ),
+    _r(
+        "SET-16",
+        "MUST",
+        f"`{SET_RANK_KEY}` means something only in a member of a set read as a set: a reader "
+        "MUST accept a file read on its own (not through a set manifest) whatever its "
+        f"metadata's `{SET_RANK_KEY}` holds, as it accepts any other key (a rank set's member "
+        "copied out of its folder is a valid file), and MUST NOT check it there; the metadata "
+        f"it gives includes `{SET_RANK_KEY}` as stored.",
+        subject="reader",
+    ),
+    _r(
+        "SET-17",
+        "MUST",
+        "A file or folder that exists but cannot be read is no format failure and has no code "
+        "of the error registry. A member that the manifest lists and the folder holds but "
+        "that cannot be opened or read (permissions, an I/O error) MUST NOT be reported as "
+        "`SET_MISSING_FILE`, which is for a name the folder does not hold or holds as "
+        "something other than a regular file (SET-5); a folder that cannot be listed MUST NOT "
+        "be taken as holding no stray `.awq2` file (SET-8). In both cases the reader MUST "
+        "refuse the set as an input it cannot read, naming the file or the folder and the "
+        "system's reason, and MUST NOT accept it (the conformance adapters exit 3, which the "
+        "runner counts as neither an accept nor a reject). No vector can show it: the suite "
+        "ships files, and permissions do not travel with them.",
+        subject="runtime",
+    ),
+    _r(
+        "SET-18",
+        "MUST",
+        "A tensor-parallel rule's pattern (a built-in table's, one given with `--tp-rules`, or "
+        "one a rank set records under `tensor_parallel`) MUST be in this subset of Python `re` "
+        "syntax, matched against the whole module name, and a converter MUST refuse any other "
+        "before it matches a name (`--tp-rules`: a usage error; a recorded rule: "
+        "`TP_BAD_CONFIG`), naming the rule and the construct. A pattern is at most 256 "
+        "characters, a rule list at most 256 rules. Atoms: a literal character; `\\` and an "
+        "ASCII punctuation character, or `\\d \\D \\w \\W \\s \\S`; `.`; a class `[...]` "
+        "or `[^...]`; a group `(...)` or `(?:...)`, nested at most 4 deep. Alternation `|`; "
+        "`^` only first and `$` only last. One quantifier `?`, `*` or `+` after an atom (no "
+        "`{m,n}`, no lazy or possessive form); a group repeated by `*` or `+` holds no "
+        "quantifier and no alternation (`(ab)+` yes; `(a+)+`, `(.|.)*` no); at most 2 `*` or "
+        "`+` in a pattern, and its alternations and `?` combine in at most 16 ways. No "
+        "back-references, lookarounds, named groups, inline flags or other escapes. A "
+        "backtracking matcher then tries at most 16 (n + 1)^2 ways on a name of n characters: "
+        "a hostile record cannot stall a converter (reference: "
+        "`reference.sets.tpsplit.check_pattern`).",
+        subject="converter",
     ),
     # ---- checksums
     _r(
@@ -825,10 +882,20 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "first byte of the bytes the checksum covers (the index, the metadata, the payload); "
         "`BAD_ENTRY_CHECKSUM` the entry's `entry_crc`; `BAD_BUCKET_TABLE` the slot at fault "
         "(the first slot when it is not 0, the slot that is below the one before it, the last "
-        "slot when it is not `tensor_count`); an entry whose fields, name or dims cannot be "
-        "read or are not what the spec allows, the first byte of the field at fault in that "
-        "entry (of `name_offset` or `dims_index` when the name or dims lie outside their "
-        "section), and `BAD_NAME_UTF8` the name's first byte in the pool; `BAD_ENTRY_ORDER` and "
+        "slot when it is not `tensor_count`); `LIMIT_BUCKET` the first slot of the first bucket "
+        "too long (bucket `b`'s slot `buckets[b]`, at `index_offset + 4 * b`); an entry that "
+        "`read_entry` refuses (`LIMIT_DIMS`, `LIMIT_NAME_LENGTH`, a name or dims outside their "
+        "section) or that breaks checks 1 or 2 of checking an entry (`flags`, an empty name) "
+        "or ENT-2 or ENT-3 (`name_offset`, `dims_index`), the first byte of the field at fault "
+        "in that entry (`ndim`, `name_length`, `name_offset`, `dims_index`, `flags`); "
+        "`BAD_NAME_UTF8` the first byte of the first ill-formed sequence in the name pool (for "
+        "a sequence cut short, its lead byte), never the name's first byte unless the sequence "
+        "starts there; `BAD_NAME_HASH` and every failure of checks 4 to 10 of checking an "
+        "entry (`BAD_DTYPE`, `BAD_SHAPE`, `BAD_LENGTH`, `MISALIGNED_OFFSET`, `OUT_OF_BOUNDS`, "
+        "`BAD_LAYOUT`, `BAD_QUANT_FIELDS`) the entry's first byte (where its `name_hash` "
+        "lies), whichever field is at fault; a layer's failure (LAY-7, LAY-10, "
+        "`BAD_QUANT_FIELDS`) the first byte of the entry being checked, not of the sibling it "
+        "disagrees with; `BAD_ENTRY_ORDER` and "
         "`DUPLICATE_NAME` the first byte of the later of the two entries in index order; "
         "`BAD_METADATA` and `LIMIT_METADATA` the metadata's first byte (invalid UTF-8: the first "
         "byte of the invalid sequence), the byte at fault being for the message. A file set's "
@@ -931,9 +998,12 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "validation and verification (SET-8), and its accept document MUST add `set`: "
         '`{"kind": "split"}` or `{"kind": "rank", "tp_size": T}` as the manifest says; list '
         "every tensor and quantised layer of every member, each with `rank` (an integer) in a "
-        "rank set, so that a name appears once per rank; and give the first member's "
-        "`format_version` and `metadata` (SET-10). A file's document has no `set` and no "
-        "`rank`.",
+        "rank set, so that a name appears once per rank; and give the first member's (the "
+        "first in manifest order, whatever its rank) `format_version` and `metadata` (SET-10), "
+        f"the metadata as stored, its `{SET_RANK_KEY}` included, without comparing it with the "
+        "other members': SET-14's comparison is no check of SET-8, so a rank set whose "
+        "members' metadata differ is accepted with the first member's. A file's document has "
+        "no `set` and no `rank`.",
         subject="adapter",
     ),
     _r(

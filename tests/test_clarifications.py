@@ -121,6 +121,64 @@ def test_a_truncated_utf8_sequence_is_reported_at_its_lead_byte(c_binary, tmp_pa
     assert both(c_binary, path) == {("BAD_NAME_UTF8", end - 2)}
 
 
+def test_an_ill_formed_sequence_inside_a_name_is_reported_where_it_starts(c_binary, tmp_path):
+    """RD-7, NAME-2: a stray continuation byte as the name's fourth byte is reported at that
+    byte in the name pool, not at the name's first byte."""
+    path = ROOT / "conformance" / "vectors" / "n_name_invalid_utf8_inside.awq2"
+    ed = FileEditor(path.read_bytes())
+    start, _ = ed.name_range(int(ed.h("tensor_count")) - 1)
+    assert ed.data[start + 3] == 0x80
+    assert both(c_binary, path) == {("BAD_NAME_UTF8", start + 3)}
+
+
+# ------------------------------------------------------------------ RD-7: buckets, entries
+
+
+def test_a_bucket_too_long_is_reported_at_its_first_slot(c_binary):
+    """RD-7, LIM-6: bucket 1 too long (bucket 0 empty) is reported at buckets[1], at
+    index_offset + 4; bucket 0 at index_offset."""
+    for vid, bucket in (("n_bucket_too_long", 0), ("n_bucket_too_long_second_bucket", 1)):
+        path = ROOT / "conformance" / "vectors" / f"{vid}.awq2"
+        ed = FileEditor(path.read_bytes())
+        assert both(c_binary, path) == {("LIMIT_BUCKET", ed.index_offset + 4 * bucket)}, vid
+
+
+#: The codes of checks 4 to 10 of checking an entry, and of the layer checks (LAY-7, LAY-10):
+#: reported at the entry's first byte, whichever field is at fault [RD-7].
+_AT_THE_ENTRY = {"BAD_DTYPE", "BAD_SHAPE", "BAD_LENGTH", "MISALIGNED_OFFSET", "OUT_OF_BOUNDS",
+                 "BAD_LAYOUT", "BAD_QUANT_FIELDS", "BAD_NAME_HASH"}  # fmt: skip
+
+
+def test_entry_checks_4_to_10_are_reported_at_the_entry_s_first_byte(c_binary):
+    """RD-7: every must-reject vector of checks 4 to 10 (and LAY-7, LAY-10) is reported at
+    the first byte of an entry, never at the field at fault inside it."""
+    seen = set()
+    for v in MANIFEST["vectors"]:
+        if v["expect"] != "reject" or "file" not in v or v["error_code"] not in _AT_THE_ENTRY:
+            continue
+        path = ROOT / "conformance" / v["file"]
+        ed = FileEditor(path.read_bytes())
+        starts = {ed.entry_offset(i) for i in range(int(ed.h("tensor_count")))}
+        (verdict,) = both(c_binary, path)
+        assert verdict is not None and verdict[1] in starts, (v["id"], verdict)
+        seen.add(v["error_code"])
+    assert seen == _AT_THE_ENTRY  # every code has a vector
+
+
+# ------------------------------------------------------------------ META-1, META-6: the mark first
+
+
+def test_a_byte_order_mark_before_invalid_utf8_is_reported_at_the_metadata_s_start(
+    c_binary,
+):
+    """META-6, RD-7: the byte order mark is checked before UTF-8, so EF BB BF FF is
+    BAD_METADATA at the metadata's first byte, not at the FF."""
+    path = ROOT / "conformance" / "vectors" / "n_metadata_bom_then_invalid_utf8.awq2"
+    ed = FileEditor(path.read_bytes())
+    assert bytes(ed.data[ed.metadata_offset : ed.metadata_offset + 4]) == b"\xef\xbb\xbf\xff"
+    assert both(c_binary, path) == {("BAD_METADATA", ed.metadata_offset)}
+
+
 # ------------------------------------------------------------------ LAY-7, LAY-10
 
 
@@ -214,9 +272,9 @@ def test_verify_breaks_ties_in_index_order(c_binary, tmp_path):
 
 # ------------------------------------------------------------------ every vector, both loaders
 
-#: Codes whose offset the spec does not pin down: the metadata checks name no offset (the
-#: reference reports the metadata's start or its header field, the C loader the byte).
-_OFFSET_UNSPECIFIED = {"BAD_METADATA", "LIMIT_METADATA", "BAD_METADATA_CHECKSUM"}
+#: Codes whose offset the spec does not pin down: none since RD-7 names the metadata's (its
+#: first byte; invalid UTF-8 the first byte of the invalid sequence; a limit its header field).
+_OFFSET_UNSPECIFIED: set[str] = set()
 
 
 def test_both_loaders_report_the_same_offset_on_every_must_reject_vector(c_binary):

@@ -103,7 +103,7 @@ def test_only_the_current_version_is_in_the_assets() -> None:
 
 def test_manifest_versions() -> None:
     assert MANIFEST["manifest_version"] == 3
-    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "3.1.0"
+    assert MANIFEST["suite_version"] == generate.SUITE_VERSION == "3.2.0"
     assert MANIFEST["spec_version"] == "2.1"  # spec/constants.py: SPEC_VERSION
     assert "format_version" not in MANIFEST
 

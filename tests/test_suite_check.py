@@ -68,9 +68,9 @@ def test_a_copy_of_the_suite_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["--quiet", "--suite", str(suite), "--only", "^(y_sample|n_bad_magic)$"]
     assert run.main([*argv, "--report-json", str(report)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("AWQ-v2 conformance suite 3.1.0 (spec 2.1): ")
+    assert out.startswith("AWQ-v2 conformance suite 3.2.0 (spec 2.1): ")
     doc = json.loads(report.read_text(encoding="utf-8"))
-    assert (doc["suite_version"], doc["spec_version"]) == ("3.1.0", "2.1")
+    assert (doc["suite_version"], doc["spec_version"]) == ("3.2.0", "2.1")
     assert sorted(o["vector"] for o in doc["outcomes"]) == ["n_bad_magic", "y_sample"]
 
 
@@ -151,7 +151,7 @@ def test_the_published_archive_runs_directly(
     argv = ["--quiet", "--suite", str(ARCHIVE), "--only", "^(y_sample|n_bad_magic)$"]
     assert run.main(argv) == 0
     out = capsys.readouterr().out
-    assert out.startswith("AWQ-v2 conformance suite 3.1.0 (spec 2.1): ")
+    assert out.startswith("AWQ-v2 conformance suite 3.2.0 (spec 2.1): ")
     assert "reference: y_ 1/1, n_ 1/1; 2 passed, 0 failed" in out
 
 

@@ -288,9 +288,12 @@ class Reader:
         """Check everything the spec requires, in the order RD-2 fixes."""
         self._validate()
 
-    def _check_length(self) -> None:
+    def check_length(self) -> None:
         """A mapped file found shorter than when it was opened (truncated since) is refused
-        with ``TRUNCATED`` before any page past its new end is touched (SIGBUS otherwise)."""
+        with ``TRUNCATED`` before any page past its new end is touched (SIGBUS otherwise):
+        one ``fstat`` of the descriptor.  A snapshot (``copy=True``) has nothing to check.
+        It proves nothing about later: a file cut after this check and before a page is
+        read still faults (see :class:`Reader`)."""
         if self._fd < 0:
             return
         now, opened = os.fstat(self._fd).st_size, len(self._data)
@@ -308,7 +311,7 @@ class Reader:
         return [infos[i] for i in slab_order(self._index)]
 
     def _validate(self, keep: bool = False) -> Validated:
-        self._check_length()
+        self.check_length()
         read = self._pread_into if self._fd >= 0 else None  # padding by positioned reads [WR-4]
         validated = validate_index(self._index, read, keep=keep)
         self._metadata_cache = validated.metadata

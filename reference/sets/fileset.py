@@ -20,6 +20,12 @@ size (``kind: "split"``), or one group of members per tensor-parallel rank (``ki
 * members are opened on demand and at most ``max_open`` at once (the least recently used
   is closed first, and reopened, with the opening checks again, when it is needed): a set
   may hold more members than the process may open files or maps (SET-2 allows 65536);
+* threads may share a set: every method reads a member under a lease (:meth:`FileSet.lease`),
+  and a leased member is never closed to make room, so no call reads a reader closed under
+  it, nor a descriptor number the system has since given to another member;
+* a member found shorter than when it was opened (truncated since) is refused with
+  ``TRUNCATED``, naming it, before its map is touched (one ``fstat`` per member read; a
+  file cut after that check can still fault: :class:`~reference.format.reader.Reader`);
 * full validation reads each member once and costs time linear in the members and names:
   SET-6 keeps the member that first holds each name, rather than looking every name up in
   every earlier member.
@@ -39,7 +45,7 @@ import resource
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -90,38 +96,73 @@ def _in_member(path: Path) -> Iterator[None]:
         raise
 
 
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    """One open member reader, and how many leases of it are out (calls using it now)."""
+
+    reader: Reader
+    users: int = 0
+    retired: bool = False  # dropped by close() while in use: closed when its last lease ends
+
+
 class _Open:
-    """The member readers open at once: at most ``limit``, the least recently used closed
-    first.  A closed reader's views stay valid (they hold its map)."""
+    """The member readers open at once: at most ``limit`` while no more are in use.  Room is
+    made by closing the least recently used reader that no lease holds; a leased reader is
+    never closed under its user (its descriptor number could go to the next member opened,
+    whose bytes a read would then return).  When every open reader is leased, one more is
+    opened anyway, and the surplus is closed as leases end: at most one reader per lease out
+    beyond ``limit``.  A closed reader's views stay valid (they hold its map).  Not locked
+    itself: its :class:`FileSet` calls it under its lock."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._readers: OrderedDict[int, Reader] = OrderedDict()
+        self._slots: OrderedDict[int, _Slot] = OrderedDict()
 
-    def get(self, index: int) -> Reader | None:
-        reader = self._readers.get(index)
-        if reader is not None:
-            self._readers.move_to_end(index)
-        return reader
+    def checkout(self, index: int, opener: Callable[[], Reader]) -> _Slot:
+        """Member ``index``'s slot with one more lease, opened by ``opener`` if not open."""
+        slot = self._slots.get(index)
+        if slot is None:
+            self._shrink(self.limit - 1)
+            slot = _Slot(opener())
+            self._slots[index] = slot
+        else:
+            self._slots.move_to_end(index)
+        slot.users += 1
+        return slot
 
-    def room(self) -> None:
-        """Close the least recently used readers until one more fits."""
-        while len(self._readers) >= self.limit:
-            self._readers.popitem(last=False)[1].close()
+    def release(self, slot: _Slot) -> None:
+        """One lease of ``slot`` ended: close it if it was dropped meanwhile, else close
+        readers no longer in use beyond the limit."""
+        slot.users -= 1
+        if slot.users:
+            return
+        if slot.retired:
+            slot.reader.close()
+        else:
+            self._shrink(self.limit)
 
-    def add(self, index: int, reader: Reader) -> None:
-        self.room()
-        self._readers[index] = reader
+    def _shrink(self, most: int) -> None:
+        """Close the least recently used readers that no lease holds until at most ``most``
+        are open, or every one left is in use."""
+        idle = [index for index, slot in self._slots.items() if not slot.users]
+        for index in idle[: max(0, len(self._slots) - most)]:
+            self._slots.pop(index).reader.close()
 
     def close(self) -> None:
-        while self._readers:
-            self._readers.popitem(last=False)[1].close()
+        """Close every reader; one in use is closed when its last lease ends."""
+        for slot in self._slots.values():
+            if slot.users:
+                slot.retired = True
+            else:
+                slot.reader.close()
+        self._slots.clear()
 
 
 class Members(Sequence[Reader]):
     """A reader of each member of a group, in manifest order, opened when it is taken: a
     reader stays open until the set needs its descriptors for another member (at most
-    ``max_open`` are open), so use it and move on; the views it gave stay valid."""
+    ``max_open`` are open), so use it and move on; the views it gave stay valid.  A reader
+    taken here holds no lease: threads sharing the set use :meth:`FileSet.lease` instead."""
 
     def __init__(self, fileset: FileSet, indices: Sequence[int]) -> None:
         self._set, self._indices = fileset, indices
@@ -154,7 +195,8 @@ class FileSet:
         _refuse_dangling(self.manifest_path)
         self.manifest: Manifest = read_manifest(self.manifest_path)  # [SET-2..SET-4]
         self._open = _Open(default_max_open() if max_open is None else max(1, max_open))
-        self._open_lock = threading.RLock()
+        self._open_lock = threading.Lock()  # around _open: threads read members of one set
+        self._closed = False
         self._copy = copy
         self.only_rank: int | None = None
         try:
@@ -183,14 +225,38 @@ class FileSet:
 
     def member_reader(self, index: int) -> Reader:
         """The reader of member ``index`` (of ``self._members``), opened (again) if closed:
-        every opening check again [SET-5], so a member replaced since is refused."""
-        with self._open_lock:  # the converter's threads read members of one set
-            reader = self._open.get(index)
-            if reader is None:
-                self._open.room()
-                reader = self._open_member(self._members[index], copy=self._copy)
-                self._open.add(index, reader)
+        every opening check again [SET-5], so a member replaced since is refused.  It holds
+        no lease: the set may close it to open another member, so another thread's call may
+        close it under its user; threads take :meth:`lease`."""
+        with self.lease(index, check_length=False) as reader:
             return reader
+
+    @contextmanager
+    def lease(self, index: int, *, check_length: bool = True) -> Iterator[Reader]:
+        """The reader of member ``index``, opened (again) if closed, as :meth:`member_reader`,
+        and kept open until the block ends, whatever other threads open meanwhile.  With
+        ``check_length``, a member found shorter than when it was opened raises
+        ``TRUNCATED``, naming it, before its map is touched (one ``fstat``; a positioned
+        read that finds the end itself needs no check).  After :meth:`close`: ``ValueError``."""
+        with self._open_lock:
+            if self._closed:
+                raise ValueError(f"{self.manifest_path}: the set is closed")
+            member = self._members[index]
+            slot = self._open.checkout(index, lambda: self._open_member(member, copy=self._copy))
+        try:
+            if check_length:
+                with _in_member(slot.reader.path):
+                    slot.reader.check_length()
+            yield slot.reader
+        finally:
+            with self._open_lock:
+                self._open.release(slot)
+
+    def _each(self, rank: int) -> Iterator[Reader]:
+        """The readers of ``rank``'s members in manifest order, each leased while it is used."""
+        for index in self._group(rank):
+            with self.lease(index) as reader:
+                yield reader
 
     def _is_open(self, rank: int) -> bool:
         return self.only_rank is None or rank == self.only_rank
@@ -255,24 +321,39 @@ class FileSet:
             raise ValueError(f"rank {rank}: only rank {self.only_rank}'s members were opened")
         return self._ranks[rank]
 
+    def find(self, name: str, *, rank: int | None = None) -> int | None:
+        """The position of the member that holds ``name`` in rank ``rank``'s members (as
+        :meth:`entry` takes the rank [SET-13]), for :meth:`lease`; ``None`` if none does."""
+        return self._find(name, self._rank(rank, repr(name)))
+
     def _find(self, name: str, rank: int) -> int | None:
         """The position of the first member of ``rank`` that holds ``name`` [SET-6]."""
         for index in self._group(rank):
-            if name in self.member_reader(index):
-                return index
+            with self.lease(index) as reader:
+                if name in reader:
+                    return index
         return None
 
     def _holder(self, info: TensorInfo, rank: int) -> int:
         """The member whose entry ``info`` is (entries carry no file of their own)."""
         index = self._find(info.name, rank)
-        if index is None or self.member_reader(index).entry(info.name) != info:
-            raise ValueError(f"{info.name!r}: not an entry of rank {rank} of this set")
+        if index is not None:
+            with self.lease(index) as reader:
+                if reader.entry(info.name) == info:
+                    return index
+        raise ValueError(f"{info.name!r}: not an entry of rank {rank} of this set")
+
+    def _position(self, name: str, rank: int) -> int:
+        """:meth:`_find`, raising ``TensorNotFoundError`` when no member holds ``name``."""
+        index = self._find(name, rank)
+        if index is None:
+            raise TensorNotFoundError(name)
         return index
 
     # ------------------------------------------------------------------ the Reader API
 
     def __len__(self) -> int:
-        return sum(len(r) for r in self.rank_members(self.only_rank or 0))
+        return sum(len(r) for r in self._each(self.only_rank or 0))
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._find(name, self.only_rank or 0) is not None
@@ -306,43 +387,39 @@ class FileSet:
     def names(self, *, rank: int | None = None) -> list[str]:
         """Every tensor name of ``rank`` (default: the open rank, or rank 0's, which every rank
         holds [SET-7]): member by member in manifest order, each in slab order."""
-        return [name for r in self.rank_members(self._listed(rank)) for name in r.names()]
+        return [name for r in self._each(self._listed(rank)) for name in r.names()]
 
     def entries(self, *, rank: int | None = None) -> list[TensorInfo]:
         """Every entry of ``rank``'s members (of a rank set, that rank's shards: opened
         without a rank, it needs one [SET-13]; of a split set, every member's)."""
         rank = self._rank(rank, "every entry")
-        return [info for r in self.rank_members(rank) for info in r.entries()]
+        return [info for r in self._each(rank) for info in r.entries()]
 
     def entry(self, name: str, *, rank: int | None = None) -> TensorInfo:
         """The entry of ``name`` in rank ``rank``'s members [SET-13]."""
         rank = self._rank(rank, repr(name))
-        index = self._find(name, rank)
-        if index is None:
-            raise TensorNotFoundError(name)
-        return self.member_reader(index).entry(name)
+        with self.lease(self._position(name, rank)) as reader:
+            return reader.entry(name)
 
     def tensor(self, name: str, *, rank: int | None = None) -> NDArray[Any]:
         """Zero-copy view of the payload of ``name`` in rank ``rank``'s members: in a rank
         set, that rank's shard [SET-13]."""
         rank = self._rank(rank, repr(name))
-        index = self._find(name, rank)
-        if index is None:
-            raise TensorNotFoundError(name)
-        return self.member_reader(index).tensor(name)
+        with self.lease(self._position(name, rank)) as reader:
+            return reader.tensor(name)
 
     def view(self, info: TensorInfo, *, rank: int | None = None) -> NDArray[Any]:
-        return self.member_reader(self._holder(info, self._rank(rank, repr(info.name)))).view(info)
+        with self.lease(self._holder(info, self._rank(rank, repr(info.name)))) as reader:
+            return reader.view(info)
 
     def tensors(self, *, rank: int | None = None) -> Iterator[tuple[TensorInfo, NDArray[Any]]]:
-        members = self.rank_members(self._rank(rank, "every tensor"))
-        for reader in members:
+        for reader in self._each(self._rank(rank, "every tensor")):
             yield from reader.tensors()
 
     def layers(self, *, rank: int | None = None) -> list[str]:
         """Prefixes of every quantised layer, member by member (the same in every rank
         [SET-7])."""
-        return [prefix for r in self.rank_members(self._listed(rank)) for prefix in r.layers()]
+        return [prefix for r in self._each(self._listed(rank)) for prefix in r.layers()]
 
     def linear(
         self,
@@ -361,18 +438,12 @@ class FileSet:
             if tp_size not in (None, self.tp_size):
                 raise ValueError(f"this rank set was cut for tp_size={self.tp_size}, not {tp_size}")
             rank = self._rank(tp_rank, f"layer {prefix!r}", "tp_rank")
-            reader = self._layer_reader(prefix, rank)
-            layer = reader.linear(prefix)
+            with self.lease(self._position(f"{prefix}.qweight", rank)) as reader:
+                layer = reader.linear(prefix)
             return dataclasses.replace(layer, tp_rank=rank, tp_size=self.tp_size)
-        reader = self._layer_reader(prefix, 0)
-        return reader.linear(prefix, tp_rank=tp_rank or 0, tp_size=tp_size or 1,
-                             parallel=parallel)  # fmt: skip
-
-    def _layer_reader(self, prefix: str, rank: int) -> Reader:
-        index = self._find(f"{prefix}.qweight", rank)
-        if index is None:
-            raise TensorNotFoundError(f"{prefix}.qweight")
-        return self.member_reader(index)
+        with self.lease(self._position(f"{prefix}.qweight", 0)) as reader:
+            return reader.linear(prefix, tp_rank=tp_rank or 0, tp_size=tp_size or 1,
+                                 parallel=parallel)  # fmt: skip
 
     def dequantize(self, prefix: str, *, rank: int | None = None) -> NDArray[np.float32]:
         """``float32[k, n]`` weights of a quantised layer of a split set; of a rank set, rank
@@ -406,15 +477,14 @@ class FileSet:
             if isinstance(tensor, TensorInfo):
                 index, info = self._holder(tensor, rank), tensor
             else:
-                found = self._find(tensor, rank)
-                if found is None:
-                    raise TensorNotFoundError(tensor)
-                index, info = found, self.member_reader(found).entry(tensor)
+                index = self._position(tensor, rank)
+                with self.lease(index) as reader:
+                    info = reader.entry(tensor)
             jobs.setdefault(index, []).append((count - 1, info, out))
         results: list[NDArray[Any] | None] = [None] * count
         for member, member_jobs in sorted(jobs.items()):
-            reader = self.member_reader(member)
-            arrays = reader.read_many_into((info, out) for _, info, out in member_jobs)
+            with self.lease(member) as reader:
+                arrays = reader.read_many_into((info, out) for _, info, out in member_jobs)
             for (position, _, _), array in zip(member_jobs, arrays, strict=True):
                 results[position] = array
         return [a for a in results if a is not None]
@@ -423,14 +493,12 @@ class FileSet:
     def metadata(self) -> dict[str, Any]:
         """The set's metadata: its first member's [SET-10]; of a rank set, every open member's,
         which must be the same [SET-14]."""
-        first = self.member_reader(0)
-        with _in_member(first.path):
+        with self.lease(0) as first, _in_member(first.path):
             metadata = first.metadata
         if self.kind != "rank":
             return metadata
         for index in range(1, len(self._members)):
-            reader = self.member_reader(index)
-            with _in_member(reader.path):
+            with self.lease(index) as reader, _in_member(reader.path):
                 other = reader.metadata
             if without_rank_record(other) != without_rank_record(metadata):  # [SET-14]
                 keys = sorted(k for k in metadata.keys() | other.keys()
@@ -439,7 +507,7 @@ class FileSet:
                 raise error("TP_METADATA_MISMATCH", f"{two}: metadata differs from {one}'s in "
                             + ", ".join(map(repr, keys[:5])), expected=f"{one}'s metadata",
                             found=f"{two}'s, different in {len(keys)} key(s)",
-                            path=str(reader.path))  # fmt: skip
+                            path=str(self.path / self._members[index].name))  # fmt: skip
         return metadata
 
     def _named(self, index: int) -> str:
@@ -449,7 +517,8 @@ class FileSet:
 
     @property
     def version(self) -> tuple[int, int]:
-        return self.member_reader(0).version
+        with self.lease(0) as reader:
+            return reader.version
 
     # ------------------------------------------------------------------ validation [SET-8]
 
@@ -465,10 +534,10 @@ class FileSet:
         repeated: list[tuple[str, int, int] | None] = [None] * len(self._ranks)
         fields: list[dict[str, tuple[Any, ...]]] = [{} for _ in self._ranks] if ranked else []
         for index, member in enumerate(self._members):
-            reader = self.member_reader(index)
-            with _in_member(reader.path):
-                infos = reader.validated_entries()  # [RD-2]
-            check_rank_record(self.manifest, member, reader)  # its own rank [SET-15]
+            with self.lease(index) as reader:
+                with _in_member(reader.path):
+                    infos = reader.validated_entries()  # [RD-2]
+                check_rank_record(self.manifest, member, reader)  # its own rank [SET-15]
             rank = member.rank or 0
             holders = seen[rank]
             for info in infos:
@@ -485,9 +554,13 @@ class FileSet:
             self._check_ranks(fields)
 
     def _check_extra(self) -> None:
-        """No ``.awq2`` file in the folder that the manifest does not list [SET-8]."""
+        """No ``.awq2`` file in the folder that the manifest does not list [SET-8].  A folder
+        that cannot be listed is an input that cannot be read (its ``OSError``), never a set
+        without extra files [SET-17]."""
         listed = {m.name for m in self.manifest.members}
-        extra = sorted(p.name for p in self.path.glob("*.awq2") if p.name not in listed)
+        with os.scandir(self.path) as listing:  # raises; Path.glob passes over the error
+            names = [entry.name for entry in listing]
+        extra = sorted(n for n in names if n.endswith(".awq2") and n not in listed)
         if extra:
             raise error("SET_EXTRA_FILE", f"{extra[0]}: an .awq2 file the manifest does not list",
                         expected=f"only the {len(listed)} listed", found=", ".join(extra[:5]),
@@ -526,22 +599,26 @@ class FileSet:
         naming it), never read through its map."""
         self.validate()
         for index, member in enumerate(self._members):
-            reader = self.member_reader(index)
-            with _in_member(reader.path):
-                reader.verify()
-            digest = sha256_file(reader)
+            with self.lease(index) as reader:
+                with _in_member(reader.path):
+                    reader.verify()
+                digest = sha256_file(reader)
             if digest != member.sha256:
                 # expected: the value computed, found: the one stored (as for every checksum)
                 raise error("SET_BAD_SHA256", f"{member.name}: SHA-256 is not the manifest's",
                             expected=digest, found=member.sha256,
-                            path=str(reader.path))  # fmt: skip
+                            path=str(self.path / member.name))  # fmt: skip
 
     # ------------------------------------------------------------------ lifetime
 
     def close(self) -> None:
-        """Close every member reader still open (views handed out stay valid)."""
+        """Close every member reader still open (one in use by a call in another thread when
+        that call is done with it); views handed out stay valid, and every later read of a
+        member raises ``ValueError``."""
         if hasattr(self, "_open"):
-            self._open.close()
+            with self._open_lock:
+                self._closed = True
+                self._open.close()
 
     def __enter__(self) -> FileSet:
         return self

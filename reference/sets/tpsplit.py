@@ -59,6 +59,16 @@ from spec.marlin import marlin_shape_ok, pack_factor
 
 #: The longest --tp-rules file read (a rule table is a few lines).
 MAX_RULES_FILE = 1 << 20
+#: The most rules a plan takes, from ``--tp-rules`` or a rank set's record.
+MAX_RULES = 256
+#: The longest rule pattern, in characters (the rule language: :func:`check_pattern`).
+MAX_PATTERN_LENGTH = 256
+#: The most unbounded repetitions (``*``, ``+``) in one pattern.
+MAX_UNBOUNDED = 2
+#: The most ways one pattern's alternations and optional parts (``?``) may combine.
+MAX_CHOICES = 16
+#: The deepest groups may nest in a pattern.
+MAX_GROUP_DEPTH = 4
 
 KINDS = ("column", "row", "heads", "kv_heads", "vocab", "replicated", "qkv", "gate_up")
 Kind = Literal["column", "row", "heads", "kv_heads", "vocab", "replicated", "qkv", "gate_up"]
@@ -128,6 +138,226 @@ ARCHITECTURES: dict[str, str] = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Phi3ForCausalLM": "phi3",
 }
+
+
+# ------------------------------------------------------------------------ the rule language
+
+
+def check_pattern(pattern: str) -> None:
+    """Refuse (``ValueError`` naming the construct and where it is) a rule pattern outside the
+    language that every rule, the tables', ``--tp-rules``' and a rank set's recorded ones, is
+    written in.  It is a subset of Python's ``re`` syntax, matched by ``re.fullmatch``, in
+    which a backtracking matcher cannot backtrack catastrophically:
+
+    * at most :data:`MAX_PATTERN_LENGTH` characters;
+    * atoms: a literal character (not one of ``.^$*+?{}[]|()\\``); ``\\`` followed by a
+      punctuation character (``\\.``: a literal dot) or by ``d``, ``D``, ``w``, ``W``, ``s``,
+      ``S``; ``.``; a class ``[...]`` or ``[^...]`` of characters and ranges (``[0-9]``,
+      ``[qkv]``; no nested ``[``); a group ``(...)`` or ``(?:...)``, nested at most
+      :data:`MAX_GROUP_DEPTH` deep;
+    * alternation ``|`` inside a group or at the top level;
+    * ``^`` only as the first character, ``$`` only as the last;
+    * one quantifier ``?``, ``*`` or ``+`` after an atom: no ``{m,n}``, no lazy (``*?``) or
+      possessive (``*+``) forms, no quantifier after a quantifier;
+    * a group repeated by ``*`` or ``+`` holds neither a quantifier nor an alternation
+      (``(ab)+`` yes; ``(a+)+``, ``(a|b)*`` no): nothing can match one stretch of a name in
+      more than one way per repetition;
+    * at most :data:`MAX_UNBOUNDED` ``*`` and ``+`` in all, and the alternations and ``?``
+      combine in at most :data:`MAX_CHOICES` ways (each alternation counts its branches,
+      each ``?`` 2, multiplied together);
+    * no back-references, lookarounds, named groups, inline flags, ``\\b``, ``\\A``,
+      ``\\Z`` or other escapes of a letter or digit.
+
+    So the ways a match can be tried are at most ``MAX_CHOICES * (n + 1) ** MAX_UNBOUNDED`` for
+    a name of ``n`` characters (``n`` <= max_name_length), each costing at most the pattern's
+    length: polynomial, never exponential.  Every built-in pattern (``(.+\\.)?embed_tokens``,
+    ``.+\\.mlp\\.experts\\.(0|[1-9][0-9]*)\\.(gate|up)_proj``, ...) is in it."""
+    _PatternChecker(pattern).check()
+    try:
+        re.compile(pattern)
+    except re.error as exc:  # e.g. a range out of order, [z-a]
+        raise ValueError(f"pattern {pattern!r}: {exc}") from exc
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """A rule pattern compiled once :func:`check_pattern` has let it through."""
+    check_pattern(pattern)
+    return re.compile(pattern)
+
+
+_META = frozenset(".^$*+?{}[]|()\\")
+_CLASS_ESCAPES = frozenset("dDwWsS")
+
+
+@dataclass
+class _Shape:
+    """What a parsed part of a pattern holds: a quantifier, an alternation."""
+
+    quantified: bool = False
+    alternation: bool = False
+
+
+class _PatternChecker:
+    """A recursive-descent parser of the rule language (:func:`check_pattern`); no use of
+    ``re``'s private parser."""
+
+    def __init__(self, pattern: str) -> None:
+        self.text, self.at = pattern, 0
+        self.unbounded, self.choices = 0, 1
+
+    def fail(self, what: str, at: int | None = None) -> ValueError:
+        where = self.at if at is None else at
+        return ValueError(f"pattern {self.text!r}: {what} (at character {where}); rule "
+                          "patterns are a restricted language (see check_pattern)")  # fmt: skip
+
+    def peek(self, ahead: int = 0) -> str:
+        i = self.at + ahead
+        return self.text[i] if i < len(self.text) else ""
+
+    def check(self) -> None:
+        if len(self.text) > MAX_PATTERN_LENGTH:
+            raise self.fail(f"longer than {MAX_PATTERN_LENGTH} characters", MAX_PATTERN_LENGTH)
+        self.alternation(0)
+        if self.at < len(self.text):  # only a ')' stops the top level early
+            raise self.fail("unbalanced ')'")
+        if self.unbounded > MAX_UNBOUNDED:
+            raise self.fail(f"more than {MAX_UNBOUNDED} unbounded repetitions ('*', '+')", 0)
+        if self.choices > MAX_CHOICES:
+            raise self.fail(f"its alternations and optional parts give {self.choices} "
+                            f"choices, more than {MAX_CHOICES}", 0)  # fmt: skip
+
+    def alternation(self, depth: int) -> _Shape:
+        shape = self.sequence(depth)
+        branches = 1
+        while self.peek() == "|":
+            self.at += 1
+            more = self.sequence(depth)
+            shape.quantified |= more.quantified
+            shape.alternation = True
+            branches += 1
+        self.choices *= branches
+        return shape
+
+    def sequence(self, depth: int) -> _Shape:
+        shape = _Shape()
+        while self.at < len(self.text) and self.peek() not in "|)":
+            start, c = self.at, self.peek()
+            if c in "^$":
+                last = len(self.text) - 1
+                if (c == "^" and start != 0) or (c == "$" and start != last):
+                    raise self.fail(f"anchor {c!r} other than first ('^') or last ('$')")
+                self.at += 1
+                if self.peek() and self.peek() in "*+?{":
+                    raise self.fail(f"quantifier {self.peek()!r} after an anchor")
+                continue
+            inner = self.atom(depth)
+            quantifier = self.peek()
+            if quantifier in ("{", "}"):
+                raise self.fail("counted repetition '{...}' (escape '{' and '}' as '\\{')")
+            if quantifier not in ("*", "+", "?") or not quantifier:
+                continue
+            self.at += 1
+            after = self.peek()
+            if after and after in "*+?{":
+                raise self.fail(f"quantifier {after!r} after quantifier {quantifier!r} (no "
+                                "lazy, possessive or repeated quantifiers)")  # fmt: skip
+            shape.quantified = True
+            if quantifier == "?":
+                self.choices *= 2
+                continue
+            self.unbounded += 1
+            if inner.quantified or inner.alternation:
+                raise self.fail(f"{quantifier!r} repeats a group holding a quantifier or an "
+                                "alternation (catastrophic backtracking)", start)  # fmt: skip
+        return shape
+
+    def atom(self, depth: int) -> _Shape:
+        c = self.peek()
+        if c == "(":
+            return self.group(depth)
+        if c == "[":
+            self.character_class()
+        elif c == "\\":
+            self.escape()
+        elif c in ("*", "+", "?"):
+            raise self.fail(f"quantifier {c!r} with nothing to repeat")
+        elif c in ("{", "}"):
+            raise self.fail("counted repetition '{...}' (escape '{' and '}' as '\\{')")
+        elif c == "]":
+            raise self.fail("unbalanced ']' (escape it as '\\]')")
+        else:
+            self.at += 1
+        return _Shape()
+
+    def group(self, depth: int) -> _Shape:
+        start = self.at
+        if depth + 1 > MAX_GROUP_DEPTH:
+            raise self.fail(f"groups nested more than {MAX_GROUP_DEPTH} deep")
+        self.at += 1
+        if self.peek() == "?":
+            if self.peek(1) != ":":
+                raise self.fail(f"{self.text[start:start + 3]!r} (a lookaround, a named group "
+                                "or inline flags) is not in the language", start)  # fmt: skip
+            self.at += 2
+        inner = self.alternation(depth + 1)
+        if self.peek() != ")":
+            raise self.fail("unbalanced '('", start)
+        self.at += 1
+        return inner
+
+    def escape(self) -> None:
+        start = self.at
+        self.at += 1
+        c = self.peek()
+        if not c:
+            raise self.fail("a '\\' at the end", start)
+        if c.isascii() and (c in _CLASS_ESCAPES or not c.isalnum()) and c.isprintable():
+            self.at += 1
+            return
+        raise self.fail(f"escape {chr(92) + c!r} (only '\\' before punctuation, or \\d "
+                        "\\D \\w \\W \\s \\S)", start)  # fmt: skip
+
+    def character_class(self) -> None:
+        start = self.at
+        self.at += 1
+        if self.peek() == "^":
+            self.at += 1
+        first = True
+        while True:
+            c = self.peek()
+            if not c:
+                raise self.fail("unterminated '['", start)
+            if c == "]" and not first:
+                self.at += 1
+                return
+            if c == "[" or c == "]":
+                raise self.fail(f"{c!r} inside a class (escape it as '\\{c}')")
+            if c == "\\":
+                self.escape()
+            else:
+                self.at += 1
+            first = False
+
+
+def check_rules(items: Any) -> list[tuple[str, str]]:
+    """Rules as a --tp-rules file or a rank set's record gives them: at most
+    :data:`MAX_RULES` pairs ``[pattern, kind]``, each kind one of :data:`KINDS`, each pattern
+    in the rule language (:func:`check_pattern`); ``ValueError`` naming the first bad rule."""
+    if not isinstance(items, list):
+        raise ValueError("expected a list of [pattern, kind] pairs")
+    if len(items) > MAX_RULES:
+        raise ValueError(f"{len(items)} rules, more than {MAX_RULES}")
+    rules = []
+    for i, item in enumerate(items):
+        if (not isinstance(item, list) or len(item) != 2
+                or not all(isinstance(x, str) for x in item) or item[1] not in KINDS):  # fmt: skip
+            raise ValueError(f"rule {i} is not [pattern, kind] with kind in {KINDS}")
+        try:
+            check_pattern(item[0])
+        except ValueError as exc:
+            raise ValueError(f"rule {i}: {exc}") from exc
+        rules.append((item[0], item[1]))
+    return rules
 
 
 @dataclass(frozen=True)
@@ -205,14 +435,19 @@ class SplitPlan:
                 raise ValueError(f"rule {pattern!r}: kind {kind!r} is not one of {KINDS}")
         self.tp_size, self.family, self.heads = tp_size, family, heads
         self.rules = [(pattern, kind) for pattern, kind in rules]
-        self._compiled = [(re.compile(p), k) for p, k in self.rules]
+        # in the rule language only: no pattern backtracks catastrophically (check_pattern)
+        self._compiled = [(compile_pattern(p), k) for p, k in self.rules]
+        self._kinds: dict[str, str | None] = {}
 
     def kind(self, module: str) -> str | None:
-        """The kind of the first rule whose pattern matches the whole module name."""
-        for pattern, kind in self._compiled:
-            if pattern.fullmatch(module):
-                return kind
-        return None
+        """The kind of the first rule whose pattern matches the whole module name (each
+        module's answer kept: the joiner asks for a module once per part)."""
+        if module in self._kinds:
+            return self._kinds[module]
+        found = next((kind for pattern, kind in self._compiled if pattern.fullmatch(module)),
+                     None)  # fmt: skip
+        self._kinds[module] = found
+        return found
 
     def description(self) -> dict[str, Any]:
         """What every rank file's metadata records of the split (the same in every rank)."""
@@ -486,11 +721,12 @@ def recorded_plan(description: Any) -> SplitPlan:
     tp_size, rules = description.get("tp_size"), description.get("rules")
     if not _count(tp_size):
         raise bad("tp_size", tp_size)
-    if not isinstance(rules, list) or not all(
-        isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r)
-        and r[1] in KINDS for r in rules
-    ):  # fmt: skip
-        raise bad("rules", rules)
+    try:  # the checks --tp-rules gets: bounded, and in the rule language [issue 38]
+        checked = check_rules(rules)
+    except ValueError as exc:
+        raise _refuse("TP_BAD_CONFIG", f"the rank set's tensor_parallel record: rules: {exc}",
+                      expected="rules convert --tp-rules accepts",
+                      found=str(rules)[:80]) from exc  # fmt: skip
     if description.get("vocab_padding") != VOCAB_PADDING:
         raise bad(f"vocab_padding (this converter pads to {VOCAB_PADDING})",
                   description.get("vocab_padding"))  # fmt: skip
@@ -502,8 +738,8 @@ def recorded_plan(description: Any) -> SplitPlan:
             raise bad("head counts", counts)
         heads = Heads(*(int(c) for c in counts if _count(c)))
     family = description.get("rule_family")
-    return SplitPlan(tp_size, [(p, k) for p, k in rules],
-                     family=family if isinstance(family, str) else None, heads=heads)  # fmt: skip
+    return SplitPlan(tp_size, checked, family=family if isinstance(family, str) else None,
+                     heads=heads)  # fmt: skip
 
 
 class RankJoin:
@@ -673,19 +909,10 @@ def read_rules(path: Path) -> list[tuple[str, str]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not JSON in UTF-8: {exc}") from exc
     items = document.get("rules") if isinstance(document, dict) else document
-    if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a list of [pattern, kind] pairs")
-    rules = []
-    for i, item in enumerate(items):
-        if (not isinstance(item, list) or len(item) != 2
-                or not all(isinstance(x, str) for x in item) or item[1] not in KINDS):  # fmt: skip
-            raise ValueError(f"{path}: rule {i} is not [pattern, kind] with kind in {KINDS}")
-        try:
-            re.compile(item[0])
-        except re.error as exc:
-            raise ValueError(f"{path}: rule {i}: bad pattern {item[0]!r}: {exc}") from exc
-        rules.append((item[0], item[1]))
-    return rules
+    try:
+        return check_rules(items)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 def plan_for(

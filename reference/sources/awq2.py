@@ -213,12 +213,15 @@ class Awq2Checkpoint:
     quantised layers as AWQ v1 tensors, the source's configuration as its metadata.
 
     ``kind`` says what it is (``"file"``, ``"split set"``, ``"rank set"``); ``files`` are its
-    files, hashed for the provenance only when the model carries none."""
+    files, hashed for the provenance only when the model carries none.  ``digests``, when
+    given, are those files' SHA-256 already known to be right (a set's manifest, once
+    verification has compared every member with it [SET-8]): the provenance takes them
+    instead of reading the files again."""
 
     format_version = "2"
 
     def __init__(self, path: str | os.PathLike[str], model: Model, *, kind: str,
-                 files: Sequence[Path]) -> None:  # fmt: skip
+                 files: Sequence[Path], digests: Sequence[str] | None = None) -> None:  # fmt: skip
         self.path = Path(path)
         self.kind = kind
         self._model = model
@@ -232,6 +235,8 @@ class Awq2Checkpoint:
                 carried if isinstance(carried, dict) and "source_format" in carried else None
             )
             self.files = [] if self.provenance is not None else list(files)
+            known = None if digests is None or len(digests) != len(files) else list(digests)
+            self.digests: list[str] | None = None if self.provenance is not None else known
             config = self.metadata.get("config")
             self.config: dict[str, Any] | None = config if isinstance(config, dict) else None
             self._names = model.names()

@@ -48,7 +48,7 @@ from tools.vectors.content import (
 )
 from tools.vectors.fuzz_findings import FUZZ_FINDINGS
 from tools.vectors.mutations import MUTATIONS
-from tools.vectors.sets import set_vectors
+from tools.vectors.sets import rank_content, set_vectors
 from tools.vectors.surgery import FileEditor
 
 HERE = Path(__file__).resolve().parents[2] / "conformance"
@@ -58,7 +58,7 @@ MANIFEST_VERSION = 3
 #: the manifest, a schema), and record it with ``--record-release`` (:mod:`tools.vectors.releases`;
 #: ``python -m tools.regen --check`` fails until both are done).  Major: a loader that passed
 #: may now fail (a new rule); minor: vectors added for existing rules; patch: descriptions.
-SUITE_VERSION = "3.1.0"
+SUITE_VERSION = "3.2.0"
 
 
 def _accept(vid: str, reqs: tuple[str, ...], description: str, content: Content) -> Vector:
@@ -404,7 +404,21 @@ def accept_vectors() -> list[Vector]:
             expected,
         )
     )
-    return vectors
+    return vectors + lone_rank_record_vectors()
+
+
+def lone_rank_record_vectors() -> list[Vector]:
+    """A file read on its own whose metadata holds ``awq2_rank``: accepted, the key given as
+    stored, whatever it holds [SET-16]."""
+    malformed = rank_content(1, 2, recorded={"awq2_rank": {"rank": "1"}})
+    return [
+        _accept("y_lone_file_rank_record", ("SET-16",), "rank 1's member of a rank set for 2 "
+                "ranks, read on its own (not through a manifest): its awq2_rank is not checked",
+                rank_content(1, 2)),
+        _accept("y_lone_file_rank_record_malformed", ("SET-16",), 'a file read on its own '
+                'whose awq2_rank is {"rank": "1"}, a record a set would refuse: not checked',
+                malformed),
+    ]  # fmt: skip
 
 
 def _empty_payloads_anywhere() -> Vector:

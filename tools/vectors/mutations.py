@@ -146,6 +146,15 @@ def _one_long_bucket(ed: FileEditor) -> None:
     ed.refresh()
 
 
+def _long_second_bucket(ed: FileEditor) -> None:
+    """Bucket 0 empty and every entry in bucket 1: the first bucket too long is not the
+    first bucket, so its slot is not the table's first [RD-7]."""
+    table = bucket_table(ed)
+    table[1] = 0
+    table[2:] = table[-1]
+    ed.refresh()
+
+
 def _shape_overflow(ed: FileEditor) -> None:
     ed.set_bytes(dims_at(ed, biggest(ed)), pack_dims([1 << 63])).refresh()
 
@@ -304,6 +313,14 @@ def _truncated_utf8_name(ed: FileEditor) -> None:
     ed.set_bytes(end - 2, b"\xe2\x82").refresh()
 
 
+def _stray_continuation_in_name(ed: FileEditor) -> None:
+    """The last name's fourth byte becomes 0x80, a continuation byte with no lead byte: the
+    ill-formed sequence starts there, three bytes into the name [NAME-2, RD-7]."""
+    start, end = ed.name_range(last_entry(ed))
+    assert end - start > 4 and bytes(ed.data[start : start + 3]).isascii()
+    ed.set_bytes(start + 3, b"\x80").refresh()
+
+
 def _bias(ed: FileEditor, **fields: int) -> None:
     """Retype the sample layer's bias (F16 [64], 128 bytes) keeping its byte length."""
     i = _entry_named(ed, ".bias")
@@ -368,6 +385,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("index_checksum", lambda ed: ed.flip_bit(ed.names_offset, 0), "BAD_INDEX_CHECKSUM", ("IDX-4", "CRC-1", "RD-6"), "validate", "one name bit flipped"),
     M("bucket_table_decreasing", _bucket_table_decreasing, "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "a bucket bound out of order"),
     M("bucket_too_long", _one_long_bucket, "LIMIT_BUCKET", ("LIM-6", "IDX-5"), "validate", "100 entries in one bucket", base="many"),
+    M("bucket_too_long_second_bucket", _long_second_bucket, "LIMIT_BUCKET", ("LIM-6", "RD-7"), "validate", "bucket 0 empty and 100 entries in bucket 1: reported at bucket 1's first slot, index_offset + 4", base="many"),
     M("bucket_table_first_not_zero", _bucket_bound(0, lambda ed: 1), "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "buckets[0] is 1 (found unreached by the C loader's coverage)"),
     M("bucket_table_end_not_count", _bucket_bound(-1, lambda ed: ed.h("tensor_count") + 1), "BAD_BUCKET_TABLE", ("IDX-5",), "validate", "the last bound one more than tensor_count (found unreached by the C loader's coverage)"),
     M("entry_outside_its_bucket", _entry_outside_its_bucket, "BAD_ENTRY_ORDER", ("IDX-6", "IDX-8"), "validate", "a bound raised by one: an entry in the range of the bucket before its own (found unreached by the C loader's coverage)", base="many"),
@@ -384,6 +402,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("dense_with_bits", lambda ed: ed.set_entry(_entry_named(ed, "norm.weight"), bits=4).refresh(), "BAD_QUANT_FIELDS", ("LAY-2",), "validate", "DENSE entry with bits = 4"),
     M("name_hash", lambda ed: ed.set_entry(0, name_hash=int(ed.entries()[0]["name_hash"]) ^ 1).refresh(), "BAD_NAME_HASH", ("IDX-7",), "validate", "hash off by one bit"),
     M("name_truncated_utf8", _truncated_utf8_name, "BAD_NAME_UTF8", ("NAME-2",), "validate", "a name ending in E2 82, a 3-byte sequence cut short"),
+    M("name_invalid_utf8_inside", _stray_continuation_in_name, "BAD_NAME_UTF8", ("NAME-2", "RD-7"), "validate", "a stray continuation byte 0x80 as a name's fourth byte: reported at that byte in the name pool, not at the name's first byte"),
     M("empty_name", lambda ed: ed.set_entry(last_entry(ed), name_length=0).refresh(), "EMPTY_NAME", ("NAME-1",), "validate", "zero-length name"),
     M("invalid_utf8_name", _bad_utf8_name, "BAD_NAME_UTF8", ("NAME-2",), "validate", "name bytes 0xFF"),
     M("duplicate_name", _duplicate, "DUPLICATE_NAME", ("NAME-3", "IDX-8"), "validate", "two entries named alike", base="pair"),
@@ -434,6 +453,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M("metadata_checksum", lambda ed: ed.set_header(metadata_crc=1).refresh(metadata=False), "BAD_METADATA_CHECKSUM", ("META-4",), "validate", "metadata_crc wrong"),
     M("metadata_not_json", lambda ed: ed.set_bytes(ed.metadata_offset, b"[").refresh(), "BAD_METADATA", ("META-2",), "validate", "metadata starts with ["),
     M("metadata_bom", _metadata_bom, "BAD_METADATA", ("META-1",), "validate", "UTF-8 byte order mark"),
+    M("metadata_bom_then_invalid_utf8", _metadata(b"\xef\xbb\xbf\xff{}"), "BAD_METADATA", ("META-1", "META-6", "RD-7"), "validate", "a byte order mark, then 0xFF: the mark is checked first, BAD_METADATA at the metadata's first byte (not at the 0xFF)"),
     M("metadata_invalid_utf8", lambda ed: ed.set_bytes(ed.metadata_offset + 2, b"\xff").refresh(), "BAD_METADATA", ("META-1",), "validate", "byte 0xFF inside the metadata's first key (found unreached by the C loader's coverage)"),
     M("metadata_duplicate_key", _metadata_duplicate_key, "BAD_METADATA", ("META-2",), "validate", "a key given twice"),
     M("metadata_duplicate_empty_key", _metadata(b'{"":1,"":2}'), "BAD_METADATA", ("META-2",), "validate", "the empty key given twice"),

@@ -311,6 +311,13 @@ def accept_vectors() -> list[Vector]:
             metadata={"note": "another member's metadata"},
         ),
     )
+    # rank 1's metadata differs from rank 0's beyond awq2_rank: SET-14's comparison is no check
+    # of SET-8, so the set is accepted with the first member's metadata [ADP-5]
+    rank1_differs = replace(
+        rank_content(1, 2),
+        metadata={"tensor_parallel": {"tp_size": 2}, "note": "rank 1's own note"} | record(1, 2),
+    )
+    metadata_differs = [ranks[0], member(ranks[1].name, rank1_differs, 1)]
     return [
         accept("y_set_split", ("SET-1", "SET-5", "SET-6", "SET-8"),
                "a split set of three members: one layer in each, names found in any member",
@@ -336,6 +343,10 @@ def accept_vectors() -> list[Vector]:
         accept("y_set_rank_record_more_members", ("SET-15",),
                "each member records its rank and tp_size with other members beside them in its "
                "awq2_rank object: ignored", recorded, tp_size=2),
+        accept("y_set_rank_metadata_differs", ("SET-8", "SET-14", "ADP-5"),
+               "a rank set whose rank 1 holds a metadata key rank 0 lacks: full validation does "
+               "not compare the members' metadata, and the document gives the first member's, "
+               "its awq2_rank included", metadata_differs, tp_size=2),
         accept("y_set_rank_minus_zero", ("SET-2",),
                "rank 0 written -0 in the manifest: the integer 0", ranks, tp_size=2,
                manifest=dumps(manifest_doc(ranks, 2)).replace(b'"rank": 0', b'"rank": -0', 1)),
@@ -516,6 +527,14 @@ def _member_rejects() -> list[Vector]:
     swapped["files"][0]["rank"], swapped["files"][1]["rank"] = 1, 0
     unrecorded = [member(m.name, rank_content(m.rank or 0, 2, recorded={}), m.rank)
                   for m in ranks]  # fmt: skip
+
+    def rank1_records(value: Any) -> dict[str, bytes]:
+        """Rank 0's member as written, rank 1's recording ``value`` under awq2_rank."""
+        bad = [ranks[0], member(ranks[1].name, rank_content(1, 2, recorded={SET_RANK_KEY: value}),
+                                1)]  # fmt: skip
+        return folder(bad, dumps(manifest_doc(bad, 2)))
+
+    split_null = tiny_members(1, {**METADATA, SET_RANK_KEY: None})
     return [
         reject("n_set_missing_file", "SET_MISSING_FILE", ("SET-5",), "open",
                "the second listed file is absent", {split[0].name: split[0].data,
@@ -584,6 +603,20 @@ def _member_rejects() -> list[Vector]:
         reject("n_set_rank_unrecorded", "SET_WRONG_RANK", ("SET-15",), "validate",
                "members of a rank set whose metadata records no awq2_rank",
                folder(unrecorded, dumps(manifest_doc(unrecorded, 2)))),
+        reject("n_set_rank_record_string", "SET_WRONG_RANK", ("SET-15",), "validate",
+               'rank 1\'s member records {"rank": "1", "tp_size": 2}: a string, not an integer',
+               rank1_records({"rank": "1", "tp_size": 2})),
+        reject("n_set_rank_record_float", "SET_WRONG_RANK", ("SET-15", "SET-2"), "validate",
+               'rank 1\'s member records {"rank": 1.0, "tp_size": 2}: 1.0 is no integer '
+               "(SET-2), though its value is the rank", rank1_records({"rank": 1.0, "tp_size": 2})),
+        reject("n_set_rank_record_no_tp_size", "SET_WRONG_RANK", ("SET-15",), "validate",
+               'rank 1\'s member records {"rank": 1}: no tp_size', rank1_records({"rank": 1})),
+        reject("n_set_rank_record_null", "SET_WRONG_RANK", ("SET-15",), "validate",
+               'rank 1\'s member holds "awq2_rank": null: the key, but no record',
+               rank1_records(None)),
+        reject("n_set_split_member_rank_null", "SET_WRONG_RANK", ("SET-15",), "validate",
+               'a split set whose member holds "awq2_rank": null: the key is there, whatever '
+               "its value", folder(split_null, dumps(manifest_doc(split_null)))),
         reject("n_set_split_member_records_rank", "SET_WRONG_RANK", ("SET-15",), "validate",
                "a split set whose one member is rank 0's file of a rank set (it records "
                "awq2_rank): a shard, not the whole model", folder(
