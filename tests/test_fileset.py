@@ -767,3 +767,16 @@ def test_a_member_that_cannot_be_opened_is_missing(
         binary = run.build_c_loader(tmp_path / "awq2c")
         proc = subprocess.run([str(binary), str(folder)], capture_output=True, text=True)
         assert proc.returncode == 1 and proc.stdout.startswith(f"SET_MISSING_FILE in {new}")
+
+
+def test_member_paths_are_named_without_opening_and_after_close(split: Path) -> None:
+    """An engine's load report lists the files a set consists of after the set is closed (the
+    vLLM plugin's report did, and broke when members became leased): the paths come from the
+    manifest, and a closed set still names them while refusing to read."""
+    manifest = json.loads((split / SET_MANIFEST).read_text())
+    expected = [split / m["name"] for m in manifest["files"]]
+    fileset = FileSet(split)
+    fileset.close()
+    assert fileset.member_paths == expected
+    with pytest.raises(ValueError, match="closed"):
+        fileset.members[0]

@@ -309,6 +309,12 @@ class FileSet:
         :class:`Members`)."""
         return Members(self, range(len(self._members)))
 
+    @property
+    def member_paths(self) -> list[Path]:
+        """The path of each open member, in manifest order; known without opening any, so it
+        answers after :meth:`close` too."""
+        return [self.path / member.name for member in self._members]
+
     def rank_members(self, rank: int = 0) -> Members:
         """The members of ``rank`` (of a split set: every member, ``rank`` 0)."""
         return Members(self, self._group(rank))

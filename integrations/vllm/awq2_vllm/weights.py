@@ -136,9 +136,10 @@ def rank_zero(weights: Weights) -> dict[str, int]:
 
 def opened_files(reader: Any) -> Sequence[Path]:
     """The files ``reader`` opened: itself, for one file; a set's members, each opened when it
-    is taken (:class:`reference.sets.fileset.Members`); a checkpoint's safetensors files."""
+    is taken, named without opening it (so a closed set answers too); a checkpoint's
+    safetensors files."""
     if isinstance(reader, FileSet):
-        return [member.path for member in reader.members]
+        return reader.member_paths
     if isinstance(reader, Reader):
         return [reader.path]
     return list(reader.files)
