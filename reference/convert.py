@@ -38,8 +38,9 @@ rename [CONV-1, CONV-2].  An existing DST is refused unless it is an empty folde
 ``--overwrite`` is given: then it is replaced once the new output is complete and verified.
 
 Exit status: 0 converted (or planned, with ``--dry-run``), 1 refused (the error code
-and the reason are printed; nothing is written), 2 usage error, 3 I/O error, 130
-interrupted (Ctrl-C: one line, nothing written).  With ``--json`` every outcome is one JSON
+and the reason are printed; nothing is written), 2 usage error, 3 I/O error, 130, 143 or
+129 interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP (one line; nothing written, the
+partial removed; :mod:`reference.write.publish`).  With ``--json`` every outcome is one JSON
 document on stdout: ``{"status": "converted" | "planned" | "refused" | "error" |
 "interrupted", "exit_status": N, ...}``, the summary's keys or an ``error`` object.
 """
@@ -92,7 +93,9 @@ from reference.sources.awq2 import Awq2Checkpoint, RankModel, WholeModel
 from reference.sources.checkpoint import read_json
 from reference.sources.legacy import Checkpoint as LegacyCheckpoint
 from reference.sources.legacy import open_checkpoint
-from reference.write.partial import NAME_MAX, stale_partials
+from reference.write import publish
+from reference.write.partial import NAME_MAX
+from reference.write.publish import Watched
 from reference.write.writer import Writer, encode_metadata
 from spec.algorithms import align_up, bucket_bits_for
 from spec.constants import ALIGNMENT, MAGIC, MAX_NAME_LENGTH, SET_MANIFEST, SLAB_OFFSET
@@ -104,7 +107,7 @@ from spec.schema import HEADER_SIZE, TRAILER_SIZE
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 #: What the converter reads: a checkpoint, or an AWQ-v2 model to reshard.
 Checkpoint = LegacyCheckpoint | Awq2Checkpoint
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (SIGTERM 143, SIGHUP 129: publish.exit_status)
 _WINDOW_PER_JOB = 2  # steps in flight per repacking thread (see _prepared) [CONV-3]
 
 
@@ -287,6 +290,7 @@ def convert(
     max_shard_size: int | None = None,
     tp_size: int | None = None,
     tp_rules: Sequence[tuple[str, str]] = (),
+    watched: Watched | None = None,
 ) -> dict[str, Any]:
     """Convert and return the summary (the same dict ``--json`` prints).
 
@@ -298,7 +302,9 @@ def convert(
     ``max_shard_size``, ``dst_path`` is an existing empty folder that receives a set split
     at that size (:mod:`reference.sets.setwriter`) [SET-10]; with ``tp_size``, a rank set cut by
     :mod:`reference.sets.tpsplit` (``tp_rules`` first, then the architecture's table) [SET-11];
-    with both, each rank's part split at that size."""
+    with both, each rank's part split at that size.  ``watched``: what a single file's
+    destination was when the run started (:func:`reference.write.publish.watch`); one
+    changed since is refused, never overwritten."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
@@ -315,7 +321,8 @@ def convert(
                                  max_size=max_shard_size, metadata=plan.metadata, check=check,
                                  writeback=jobs > 1, jobs=jobs)  # fmt: skip
         elif max_shard_size is None:
-            sink = Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1)
+            sink = Writer(dst_path, metadata=plan.metadata, check=check, writeback=jobs > 1,
+                          watched=watched)  # fmt: skip
         else:
             sink = SetWriter(Path(dst_path), max_size=max_shard_size, metadata=plan.metadata,
                              check=check, writeback=jobs > 1, jobs=jobs)  # fmt: skip
@@ -378,6 +385,7 @@ def convert_folder(
     tp_size: int | None = None,
     tp_rules: Sequence[tuple[str, str]] = (),
     overwrite: bool = False,
+    watched: Watched | None = None,
 ) -> dict[str, Any]:
     """Convert a checkpoint folder to a servable model folder (:mod:`reference.sets.folder`):
     ``model.awq2`` (or, with ``max_shard_size``, a set of members no larger than that and
@@ -388,7 +396,7 @@ def convert_folder(
     and verified [CONV-2]."""
     src, dst = Path(src_path), Path(dst_dir)
     files = folder.plan_folder(src)
-    with folder.publishing(dst, replace=overwrite) as tmp:
+    with folder.publishing(dst, replace=overwrite, watched=watched) as tmp:
         in_folder = max_shard_size is not None or tp_size is not None
         target = tmp if in_folder else tmp / folder.MODEL_FILE
         summary = convert(src, target, verify=verify, progress=progress, jobs=jobs,
@@ -770,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
         "verified before it is renamed into place; a refused or interrupted conversion leaves "
         "nothing at DST. (python -m reference.convert is the same command.)",
         epilog="exit status: 0 done, 1 refused (nothing written), 2 usage error, 3 I/O error, "
-        "130 interrupted (Ctrl-C; nothing written)",
+        "130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (nothing written)",
     )
     parser.add_argument(
         "src",
@@ -960,10 +968,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--tp-rules: {exc}")
     report = _Report(json_output=args.json)
     try:
-        return _run(args, tp_rules, report)
-    except KeyboardInterrupt:
+        with publish.interruptible():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+            return _run(args, tp_rules, report)
+    except (KeyboardInterrupt, publish.Interrupted) as exc:
         where = "" if args.dst is None else f"; nothing was written to {args.dst}"
-        return report.error(EXIT_INTERRUPTED, f"interrupted{where}", status="interrupted")
+        return report.error(publish.exit_status(exc),
+                            f"interrupted by {publish.signal_name(exc)}{where}",
+                            status="interrupted")  # fmt: skip
 
 
 class _Report:
@@ -1027,15 +1038,10 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
     if refusal is not None:
         status, message = refusal
         return report.error(status, message)
+    watched = None if args.dst is None else publish.watch(args.dst)  # before SRC is read
     try:
-        if args.dst is not None and not to_folder:
-            for leftover in stale_partials(args.dst):
-                report.note(f"removing a partial file left by an interrupted run: {leftover}")
-                leftover.unlink(missing_ok=True)
-        if args.dst is not None and to_folder:
-            for left in folder.stale_partial_folders(args.dst):
-                report.note(f"removing a partial folder left by an interrupted run: {left}")
-                shutil.rmtree(left, ignore_errors=True)
+        if args.dst is not None:
+            publish.remove_stale(args.dst, report.note)
         if args.dry_run:
             with open_source(args.src, check="validate") as src:
                 plan = make_plan(src, hash_sources=False)
@@ -1052,11 +1058,11 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
                 summary = convert_folder(args.src, args.dst, verify=not args.no_verify,
                                          jobs=args.jobs, progress=progress,
                                          max_shard_size=args.max_shard_size, tp_size=args.tp,
-                                         tp_rules=tp_rules,
-                                         overwrite=args.overwrite)  # fmt: skip
+                                         tp_rules=tp_rules, overwrite=args.overwrite,
+                                         watched=watched)  # fmt: skip
             else:
                 summary = convert(args.src, args.dst, verify=not args.no_verify, jobs=args.jobs,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, watched=watched)  # fmt: skip
     except FormatError as exc:
         return report.refused(exc)
     except OSError as exc:

@@ -8,8 +8,12 @@ when it changes: the new file is the old slab copied byte for byte, by ``copy_fi
 in-kernel copy elsewhere, a plain copy where neither is allowed), then the old index with
 the new metadata, a new trailer and a new header with their checksums.  It is written into a
 hidden partial file beside the original (:mod:`reference.write.partial`), validated and
-verified in full (RD-2, ENT-10), and renamed over the original: a reader sees the old file or
-the new one, never a mixture [WR-2].  The metadata is written in the writer's canonical
+verified in full (RD-2, ENT-10), and renamed over the original by the publishing transaction
+every writing tool shares (:mod:`reference.write.publish`): a reader sees the old file or the
+new one, never a mixture [WR-2]; the new one keeps the old one's mode, owner and group (as
+far as this user may set them: it is said otherwise); and an edit that another writer
+overtook (the file or the set replaced after this run read it) is refused, never silently
+lost.  The metadata is written in the writer's canonical
 encoding (sorted keys, no spaces) [WR-1], so the edited file is byte for byte what
 :class:`~reference.write.writer.Writer` writes with the same tensors and the new metadata.
 
@@ -28,10 +32,10 @@ crash at any moment leaves the old set or the new one at PATH, never a mixture; 
 beside it is a partial folder the next run removes.  Where the kernel or the file system
 cannot exchange two folders (not Linux, ENOSYS, EINVAL), the old set is renamed aside and the
 new one into its place, as ``awq2-convert --overwrite`` does: between those two renames no
-folder has the name, and a crash there leaves the old set in a ``.awq2-replaced-*`` folder
-beside it.  Refused before anything is written: a set's folder that holds a sub-folder or a
-special file (not carried over: move it out), a mount point, and a folder or parent this
-process may not write.
+folder has the name, and a crash there leaves the old set in a replaced folder beside it
+(named as a partial, ``.awq2-replaced``), which the next run removes.  Refused before
+anything is written: a set's folder that holds a sub-folder or a special file (not carried
+over: move it out), a mount point, and a folder or parent this process may not write.
 
 Refused (exit 1, nothing written): a key the spec reserves (``awq2_rank``), deleting a key
 the metadata does not hold, metadata a reader would refuse (a number over 100 bytes or out
@@ -44,7 +48,9 @@ device or a folder is an I/O error.  An edit that changes nothing writes nothing
 ``unchanged``).
 
 Exit status: 0 done (or unchanged, or planned with ``--dry-run``), 1 refused, 2 usage
-error, 3 I/O error, 130 interrupted (before the exchange: nothing changed).  With ``--json``
+error, 3 I/O error (an edit overtaken by another writer included), 130, 143 or 129
+interrupted by SIGINT, SIGTERM or SIGHUP (before the exchange: nothing changed, the partial
+removed).  With ``--json``
 every outcome is one JSON document on stdout, as ``awq2-convert`` prints it.
 """
 
@@ -57,14 +63,12 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import stat
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from reference.format.metadata import encode_metadata, lexical_depth, parse_metadata
 from reference.format.reader import Reader
@@ -73,9 +77,20 @@ from reference.ground.errors import FormatError, error
 from reference.ground.files import NotRegularFileError, fsync_dir, open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet
-from reference.sets.folder import MODEL_FILE, exchange_folders, swap_in
+from reference.sets.folder import MODEL_FILE
 from reference.sets.setmanifest import Manifest, parse_manifest
-from reference.write import partial
+from reference.write.publish import (
+    Interrupted,
+    Transaction,
+    Watched,
+    exit_status,
+    interruptible,
+    keep_owner,
+    named_error,
+    remove_stale,
+    signal_name,
+    watch,
+)
 from reference.write.rangecopy import Copied, copy_range
 from spec.algorithms import crc32c
 from spec.constants import (
@@ -88,16 +103,13 @@ from spec.constants import (
 from spec.schema import TRAILER_SIZE, Header, HeaderFields, Trailer
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (SIGTERM 143, SIGHUP 129: publish.exit_status)
 
 #: Top-level keys the spec gives a meaning of its own: never set or deleted by hand.
 RESERVED_KEYS = (SET_RANK_KEY,)  # [SET-15]
 _HASH_CHUNK = 8 << 20
-_HELD_OFF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: A hard link refused by the file system (or by protected_hardlinks): the file is copied.
 _NO_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK)
-#: ``renameat2(RENAME_EXCHANGE)`` unavailable: the two renames of ``--overwrite`` instead.
-_NO_EXCHANGE = (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)
 
 
 class EditRefused(ValueError):
@@ -144,27 +156,26 @@ class Edited:
     """A file's new version, written and checked in its partial, not yet published."""
 
     dest: Path
-    tmp: Path | None  # None: planned (--dry-run), never written
-    file: BinaryIO | None
+    transaction: Transaction | None  # None: planned (--dry-run), never written
     copied: Copied
     size: int
     header_crc: int
     metadata_length: int
     sha256: str | None = None
 
+    @property
+    def tmp(self) -> Path | None:
+        return None if self.transaction is None else self.transaction.tmp
+
     def discard(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        if self.tmp is not None:
-            self.tmp.unlink(missing_ok=True)
+        if self.transaction is not None:
+            self.transaction.abort()
 
     def publish(self) -> None:
-        """Rename the partial over the destination [WR-2]; the directory is synced later."""
-        assert self.tmp is not None
-        os.replace(self.tmp, self.dest)
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+        """The partial takes the destination's name, with the old file's mode, owner and
+        group, unless the destination changed since the run started [WR-2]."""
+        assert self.transaction is not None
+        self.transaction.commit()
 
 
 def _header(header: Mapping[str, Any], index: bytes, metadata: bytes) -> bytes:
@@ -189,29 +200,34 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
-def write_edited(reader: Reader, metadata: bytes, dest: Path) -> Edited:
+def write_edited(reader: Reader, metadata: bytes, dest: Path, *,
+                 watched: Watched | None = None) -> Edited:  # fmt: skip
     """Write the file ``reader`` reads with ``metadata`` instead of its own, in a partial of
     ``dest``, flushed to storage: the slab copied by :func:`copy_range`, then the index
-    (every section as it was, the metadata last [IDX-2]), the trailer and the header."""
+    (every section as it was, the metadata last [IDX-2]), the trailer and the header.  It
+    is published (:meth:`Edited.publish`) with the mode, owner and group of the file read,
+    against ``watched`` (what the run started from)."""
     h, geometry = reader.header, reader.index.geometry
     index_offset = h["index_offset"]
     index = bytes(reader.index.buf[index_offset : geometry.metadata.offset]) + metadata
     header = _header(h, index, metadata)
     header_crc = int.from_bytes(header[-4:], "little")
-    tmp, file = partial.create(dest)  # named and locked [WR-3]
+    publishing = Transaction(dest, watched=watched, like=reader.path)  # named and locked [WR-3]
+    assert publishing.file is not None
     try:
-        fd, src = file.fileno(), reader.fileno()
-        os.fchmod(fd, stat.S_IMODE(os.fstat(src).st_mode))  # the old file's permissions
+        fd, src = publishing.file.fileno(), reader.fileno()
         _pwrite_all(fd, header + bytes(SLAB_OFFSET - len(header)), 0)  # [PAD-1]
         copied = copy_range(src, fd, SLAB_OFFSET, SLAB_OFFSET, index_offset - SLAB_OFFSET)
         _pwrite_all(fd, index + _trailer(index_offset, len(index), header_crc), index_offset)
         os.fsync(fd)
+    except OSError as exc:  # a full disk, a quota: said with the user's path
+        publishing.abort()
+        raise named_error(exc, reader.path, "cannot write the edited copy beside it") from exc
     except BaseException:
-        file.close()
-        tmp.unlink(missing_ok=True)
+        publishing.abort()
         raise
     size = index_offset + len(index) + TRAILER_SIZE
-    return Edited(dest, tmp, file, copied, size, header_crc, len(metadata))
+    return Edited(dest, publishing, copied, size, header_crc, len(metadata))
 
 
 def check_edited(edited: Edited, *, verify: bool, source: Path | None = None) -> None:
@@ -240,9 +256,10 @@ def _sha256(path: Path) -> str:
 
 
 def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool,
-             dest: Path | None = None) -> Edited | None:  # fmt: skip
+             dest: Path | None = None, watched: Watched | None = None,
+             ) -> Edited | None:  # fmt: skip
     """The edited version of one file, written (as ``dest``'s partial; ``path``'s by default)
-    and checked (None: nothing to change)."""
+    and checked (None: nothing to change); ``watched``: what the run started from."""
     with Reader(path) as reader:
         reader.validate()  # the original first, so that its own errors name it [RD-2]
         old = reader.metadata
@@ -252,8 +269,8 @@ def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool,
                 == raw:  # fmt: skip
             return None
         if not write:
-            return Edited(path, None, None, Copied(), 0, 0, len(raw))
-        edited = write_edited(reader, raw, path if dest is None else dest)
+            return Edited(path, None, Copied(), 0, 0, len(raw))
+        edited = write_edited(reader, raw, path if dest is None else dest, watched=watched)
     try:
         check_edited(edited, verify=verify, source=path)
     except BaseException:
@@ -269,11 +286,12 @@ def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = 
     :func:`check_not_member`."""
     path = Path(path)
     check_not_member(path)
-    _remove_stale(path)
-    edited = _prepare(path, changes, verify=verify, write=not dry_run)
+    remove_stale(path, _say)
+    watched = watch(path)  # what the run starts from: a concurrent edit is refused at the end
+    edited = _prepare(path, changes, verify=verify, write=not dry_run, watched=watched)
     if edited is not None and not dry_run:
         edited.publish()
-        fsync_dir(path.parent)
+        _say_not_kept(path, edited.transaction)
     return _summary("file", path, changes, [(path, edited)], dry_run=dry_run, verify=verify)
 
 
@@ -317,6 +335,10 @@ def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool =
     whole in a partial folder beside it, then the two folders are exchanged in one step (see
     the module's docstring); the summary ``--json`` prints."""
     folder = Path(folder)
+    real = folder.resolve()
+    if not dry_run:  # what a killed run left, whatever this run then finds to do
+        remove_stale(real, _say)
+    watched = watch(real, real / SET_MANIFEST)  # what the run starts from [SET-2]
     with FileSet(folder, validate=True, max_open=1) as opened:  # [SET-8]
         manifest = opened.manifest
     planned = [(folder / m.name, _prepare(folder / m.name, changes, verify=False, write=False))
@@ -324,23 +346,15 @@ def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool =
     kind = manifest.kind
     if all(edited is None for _, edited in planned):
         return _summary(kind, folder, changes, planned, dry_run=dry_run, verify=verify)
-    real = folder.resolve()
     check_replaceable(real, folder)
     if dry_run:
         return _summary(kind, folder, changes, planned, dry_run=True, verify=verify)
-    _remove_stale_folders(real)
     for name in (*(m.name for m in manifest.members), SET_MANIFEST):
-        _remove_stale(folder / name)
-    tmp, lock = partial.create_folder(real)  # named and locked: a killed run's is found
-    try:
-        done = _build_set(folder, tmp, manifest, changes, verify=verify)
-        with _signals_held():
-            _exchange_into_place(tmp, real)
-            shutil.rmtree(tmp, ignore_errors=True)  # the old set, now under the partial name
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failure before the exchange: the new set
-        os.close(lock)
-    fsync_dir(real.parent)
+        remove_stale(folder / name, _say)
+    # the new set in a partial folder, exchanged with the old in one step [SET-8]
+    with Transaction(real, folder=True, watched=watched, say=_say) as publishing:
+        done = _build_set(folder, publishing.tmp, manifest, changes, verify=verify)
+    _say_not_kept(folder, publishing)
     return _summary(kind, folder, changes, done, dry_run=False, verify=verify)
 
 
@@ -383,12 +397,13 @@ def _build_set(folder: Path, tmp: Path, manifest: Manifest, changes: Changes, *,
         done.append((path, edited))
     manifest_path = folder / SET_MANIFEST
     text = _manifest_with(manifest_path, manifest, [edited for _, edited in done])
-    mode = stat.S_IMODE(os.stat(manifest_path).st_mode)
+    old = os.stat(manifest_path)
     with open(tmp / SET_MANIFEST, "xb") as file:
-        os.fchmod(file.fileno(), mode)
+        os.fchmod(file.fileno(), stat.S_IMODE(old.st_mode))
         file.write(text.encode("utf-8"))
         file.flush()
         os.fsync(file.fileno())
+    keep_owner(tmp / SET_MANIFEST, old)
     written = {SET_MANIFEST, *(path.name for path, edited in done if edited is not None)}
     _carry_over(folder, tmp, written)
     os.chmod(tmp, stat.S_IMODE(os.stat(folder).st_mode))  # mkdtemp made it 0700
@@ -425,21 +440,6 @@ def _copy_file(src: Path, dest: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _exchange_into_place(tmp: Path, real: Path) -> None:
-    """Put the new set (``tmp``) in the place of the old: one ``renameat2(RENAME_EXCHANGE)``,
-    after which the old set is under the partial name (the caller removes it); where the
-    kernel or the file system cannot exchange, the two renames of ``--overwrite``."""
-    try:
-        exchange_folders(tmp, real)
-    except OSError as exc:
-        if exc.errno not in _NO_EXCHANGE:
-            raise
-        print(f"awq2-meta: this system cannot exchange two folders in one step "
-              f"({exc.strerror}); the old set is moved aside and the new one renamed in its "
-              "place", file=sys.stderr)  # fmt: skip
-        swap_in(tmp, real)
-
-
 def _manifest_with(manifest_path: Path, manifest: Manifest,
                    edits: Sequence[Edited | None]) -> str:  # fmt: skip
     """The manifest's text with each edited member's size, header_crc and sha256: the
@@ -458,41 +458,19 @@ def _manifest_with(manifest_path: Path, manifest: Manifest,
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait until the block ends; one that came meanwhile is then
-    delivered, except a Ctrl-C, which is dropped: the work it would stop is done."""
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - POSIX only
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_OFF)
-    try:
-        yield
-    finally:
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        except KeyboardInterrupt:
-            print("awq2-meta: Ctrl-C came while the set was being renamed into place; the "
-                  "edit was finished first", file=sys.stderr)  # fmt: skip
-
-
 # ------------------------------------------------------------------ helpers
 
 
-def _remove_stale_folders(real: Path) -> None:
-    """Partial folders of the set's folder left by a killed edit (a new set never exchanged,
-    or an old one not yet removed): removed, and said."""
-    for leftover in partial.stale_partials(real, folders=True):
-        print(f"removing a partial folder left by an interrupted run: {escape(str(leftover))}",
-              file=sys.stderr)  # fmt: skip
-        shutil.rmtree(leftover)
+def _say(text: str) -> None:
+    print(escape(text), file=sys.stderr)
 
 
-def _remove_stale(dest: Path) -> None:
-    for leftover in partial.stale_partials(dest):
-        print(f"removing a partial file left by an interrupted run: {escape(str(leftover))}",
-              file=sys.stderr)  # fmt: skip
-        leftover.unlink(missing_ok=True)
+def _say_not_kept(path: Path, publishing: Transaction | None) -> None:
+    """What of the old owner and group the new version could not keep (a user may give a
+    file only a group it belongs to)."""
+    if publishing is not None and publishing.not_kept:
+        _say(f"awq2-meta: {path}: could not keep the {' and '.join(publishing.not_kept)} of "
+             "the old version (this user may not give them); the mode was kept")  # fmt: skip
 
 
 def _summary(kind: str, path: Path, changes: Changes, done: Sequence[tuple[Path, Edited | None]],
@@ -544,7 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checksums; each member's awq2_rank is kept. (python -m reference.metaedit is the "
         "same command.)",
         epilog="exit status: 0 done (or unchanged), 1 refused (nothing written), 2 usage "
-        "error, 3 I/O error, 130 interrupted (nothing changed)",
+        "error, 3 I/O error, 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP (nothing changed)",
     )
     parser.add_argument("path", type=Path, metavar="PATH",
                         help="an .awq2 file, a model folder holding model.awq2, or a set "
@@ -689,9 +667,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         kind, path = target(args.path)
         edit = edit_set if kind == "set" else edit_file
-        summary = edit(path, changes, verify=not args.no_verify, dry_run=args.dry_run)
-    except KeyboardInterrupt:
-        return _fail(args, EXIT_INTERRUPTED, "interrupted; nothing was changed", "interrupted")
+        with interruptible():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+            summary = edit(path, changes, verify=not args.no_verify, dry_run=args.dry_run)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        return _fail(
+            args,
+            exit_status(exc),
+            f"interrupted by {signal_name(exc)}; nothing was changed",
+            "interrupted",
+        )
     except EditRefused as exc:
         return _fail(args, EXIT_REFUSED, escape(str(exc)), "refused")
     except FormatError as exc:

@@ -141,7 +141,7 @@ def test_a_destination_filled_meanwhile_is_left_alone_and_named(tmp_path, monkey
     monkeypatch.setattr(convert_module, "_prepare_step", racing)
     assert convert_main([str(AWQ), str(dst), "--quiet", "--jobs", "1"]) == 3
     err = capsys.readouterr().err
-    assert f"{dst} was filled while this conversion ran" in err and "partial" not in err
+    assert f"{dst} was filled while this run was writing" in err and "partial" not in err
     assert _tree(dst) == {"theirs.txt": hashlib.sha256(b"the other conversion").hexdigest()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
 

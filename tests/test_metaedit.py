@@ -23,10 +23,9 @@ import pytest
 from reference import metaedit
 from reference.format.layers import StoredTensor
 from reference.format.reader import Reader
-from reference.sets import folder as setfolder
 from reference.sets.fileset import FileSet
 from reference.sets.setwriter import RankSetWriter, save_set
-from reference.write import rangecopy
+from reference.write import publish, rangecopy
 from reference.write.partial import FOLDER_SUFFIX
 from reference.write.rangecopy import copy_range
 from reference.write.writer import save
@@ -314,7 +313,8 @@ def test_a_kill_just_before_the_exchange_leaves_the_set_and_the_next_run_cleans_
     script = (
         "import os, signal, sys\n"
         "from reference import metaedit\n"
-        "metaedit.exchange_folders = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from reference.write import publish\n"
+        "publish.exchange_folders = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"sys.exit(metaedit.main({[str(folder), *EDIT]!r}))\n"
     )
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=False)
@@ -341,7 +341,7 @@ def test_where_folders_cannot_be_exchanged_two_renames_give_the_same_set(
     def unavailable(a: Path, b: Path) -> None:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    monkeypatch.setattr(metaedit, "exchange_folders", unavailable)
+    monkeypatch.setattr(publish, "exchange_folders", unavailable)
     assert metaedit.main([str(folder), *EDIT]) == 0
     assert "cannot exchange two folders in one step" in capsys.readouterr().err
     assert _tree(folder) == _tree(expected)
@@ -354,14 +354,14 @@ def test_renameat2_exchanges_two_folders(tmp_path: Path) -> None:
     b.mkdir()
     (a / "x").write_text("a")
     try:
-        setfolder.exchange_folders(a, b)
+        publish.exchange_folders(a, b)
     except OSError as exc:
         if exc.errno in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
             pytest.skip(f"no RENAME_EXCHANGE here: {exc}")
         raise
     assert not (a / "x").exists() and (b / "x").read_text() == "a"
     with pytest.raises(OSError) as missing:
-        setfolder.exchange_folders(a, tmp_path / "none")
+        publish.exchange_folders(a, tmp_path / "none")
     assert missing.value.errno == errno.ENOENT
 
 

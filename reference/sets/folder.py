@@ -19,32 +19,28 @@ at a time.
 Publication [CONV-2]: everything is written into a temporary sibling folder (a partial
 folder, named and locked as :mod:`reference.write.partial` describes, so that a later run can
 tell one left by a killed conversion and remove it), flushed to storage, then renamed to DST
-in one step; a failure removes the temporary folder, so a reader sees no DST or a complete
-one.  DST must not exist or be an empty folder; a non-empty one is refused unless the user
-asks for it to be replaced (``--overwrite``): then it is moved aside only once the new folder
-is complete and verified, and deleted after the new one has taken its name.  The source is
+in one step by the one publishing transaction of every writing tool
+(:mod:`reference.write.publish`); a failure removes the temporary folder, so a reader sees no
+DST or a complete one.  DST must not exist or be an empty folder; a non-empty one is refused
+unless the user asks for it to be replaced (``--overwrite``): then the two are exchanged only
+once the new folder is complete and verified, and the old one is deleted.  The source is
 only read, and a DST that holds the source is never replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import fnmatch
 import os
-import platform
 import shutil
 import stat
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reference.ground.files import open_regular
-from reference.write import partial
+from reference.write.publish import Transaction, Watched
 
 #: The weights file inside the folder.
 MODEL_FILE = "model.awq2"
@@ -175,111 +171,17 @@ def write_text(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def publishing(dst: Path, *, replace: bool = False) -> Iterator[Path]:
-    """A temporary sibling folder to fill; renamed to ``dst`` when the block ends normally,
-    removed when it raises [CONV-2].  ``dst`` may be missing or an empty folder; with
-    ``replace`` it may also be a folder that holds something, which is moved aside once the
-    new folder is complete, then deleted (restored if the new one cannot take its place)."""
-    parent = dst.parent if str(dst.parent) else Path(".")
-    tmp, lock = partial.create_folder(dst)  # named and locked as a partial file is [WR-3]
-    try:
-        yield tmp
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700; DST gets what mkdir would give
-        _fsync_dir(tmp)
-        if replace and dst.is_dir() and any(dst.iterdir()):
-            _swap_in(tmp, dst, parent)
-        else:
-            _rename_onto(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        os.close(lock)
-    _fsync_dir(parent)
-
-
-def _rename_onto(tmp: Path, dst: Path) -> None:
-    """One rename onto a missing or empty folder; a DST that gained files meanwhile (another
-    conversion got there first) is said with the user's path, never the partial's name."""
-    try:
-        os.rename(tmp, dst)
-    except OSError as exc:
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            message = f"{dst} was filled while this conversion ran (another process?); it was "
-            raise FileExistsError(exc.errno, message + "left as it is") from exc
-        if exc.errno == errno.ENOTDIR:
-            message = f"{dst} became a file while this conversion ran; it was left as it is"
-            raise NotADirectoryError(exc.errno, message) from exc
-        raise OSError(exc.errno, f"cannot publish {dst}: {exc.strerror}") from exc
-
-
-def stale_partial_folders(dst: Path) -> list[Path]:
-    """Partial folders of ``dst`` left by conversions that were killed (their process is
-    gone and holds no lock): :func:`reference.write.partial.stale_partials`."""
-    return partial.stale_partials(dst, folders=True)
-
-
-def _swap_in(new: Path, dst: Path, parent: Path) -> None:
-    """Replace the non-empty folder ``dst`` by ``new``: ``dst`` is renamed aside (onto an empty
-    folder of its own, which rename(2) allows), ``new`` takes its name, then the old one is
-    deleted.  If ``new`` cannot take the name, the old folder is put back."""
-    aside = Path(tempfile.mkdtemp(prefix=".awq2-replaced-", dir=parent))
-    try:
-        os.rename(dst, aside)
-    except BaseException:
-        aside.rmdir()
-        raise
-    try:
-        os.rename(new, dst)
-    except BaseException:
-        os.rename(aside, dst)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def swap_in(new: Path, dst: Path) -> None:
-    """Replace the folder ``dst`` by ``new`` in two renames, as ``--overwrite`` does: ``dst``
-    aside, ``new`` in its place, the old one deleted (put back if ``new`` cannot take the
-    name).  Between the two renames no folder has the name ``dst``."""
-    _swap_in(new, dst, dst.parent if str(dst.parent) else Path("."))
-
-
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
-_SYS_RENAMEAT2 = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276}
-
-
-def exchange_folders(a: Path, b: Path) -> None:
-    """Exchange the two paths in one step, ``renameat2(RENAME_EXCHANGE)``: a reader sees the
-    one or the other at each name, never none.  ``OSError`` with ``ENOSYS`` where the call is
-    missing (not Linux, an old C library and no known syscall number), ``EINVAL`` (or
-    ``EOPNOTSUPP``) from a file system that cannot exchange."""
-    if not sys.platform.startswith("linux"):
-        raise OSError(errno.ENOSYS, "renameat2(RENAME_EXCHANGE) is Linux's")
-    libc = ctypes.CDLL(None, use_errno=True)
-    args = (ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(a)),
-            ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(os.fsencode(b)),
-            ctypes.c_uint(_RENAME_EXCHANGE))  # fmt: skip
-    if hasattr(libc, "renameat2"):
-        result = libc.renameat2(*args)
-    elif platform.machine().lower() in _SYS_RENAMEAT2:
-        number = _SYS_RENAMEAT2[platform.machine().lower()]
-        result = libc.syscall(ctypes.c_long(number), *args)
-    else:
-        raise OSError(errno.ENOSYS, "no renameat2 in this C library")
-    if result != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"cannot exchange {a} and {b}: {os.strerror(code)}")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def publishing(
+    dst: Path, *, replace: bool = False, watched: Watched | None = None
+) -> Iterator[Path]:
+    """A temporary sibling folder to fill; published as ``dst`` when the block ends normally,
+    removed when it raises [CONV-2]: one :class:`reference.write.publish.Transaction`.
+    ``dst`` may be missing or an empty folder; with ``replace`` it may also be a folder that
+    holds something, which the new one replaces in one exchange once it is complete.
+    ``watched``: the identities the run started from (by default ``dst`` as it is now); a
+    destination changed since is refused, never overwritten."""
+    with Transaction(dst, folder=True, replace=replace, watched=watched) as publish:
+        yield publish.tmp
 
 
 __all__ = [
@@ -289,13 +191,10 @@ __all__ = [
     "FolderPlan",
     "check_folder_paths",
     "copy_file",
-    "exchange_folders",
     "is_folder_destination",
     "plan_folder",
     "publishing",
     "servable_config",
     "servable_quantization_config",
-    "stale_partial_folders",
-    "swap_in",
     "write_text",
 ]

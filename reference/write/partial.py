@@ -59,8 +59,13 @@ def _stem(name: str, suffix: str = PARTIAL_SUFFIX) -> str:
     return raw.decode("utf-8", "ignore")
 
 
-def _prefix(dest: Path, suffix: str) -> str:
+def partial_prefix(dest: Path, suffix: str) -> str:
+    """The start of a partial's name for ``dest`` (``tempfile`` adds the random part and
+    ``suffix``)."""
     return f".{_stem(dest.name, suffix)}.{_name_tag(dest.name)}.{host_tag()}.{os.getpid()}."
+
+
+_prefix = partial_prefix
 
 
 def create(dest: Path) -> tuple[Path, BinaryIO]:
@@ -99,11 +104,17 @@ def _pattern(dest: Path, suffix: str) -> re.Pattern[str]:
     )
 
 
-def stale_partials(dest: str | os.PathLike[str], *, folders: bool = False) -> list[Path]:
+def stale_partials(
+    dest: str | os.PathLike[str], *, folders: bool = False, suffix: str | None = None
+) -> list[Path]:
     """Partials of ``dest`` whose writers are provably gone (see the module docstring):
-    partial files, or with ``folders`` partial folders (never a link to one)."""
+    partial files, or with ``folders`` partial folders (never a link to one); ``suffix``
+    names another kind of folder named the same way (a replaced folder moved aside)."""
     path = Path(dest)
-    pattern, host = _pattern(path, FOLDER_SUFFIX if folders else PARTIAL_SUFFIX), host_tag()
+    if suffix is None:
+        suffix = FOLDER_SUFFIX if folders else PARTIAL_SUFFIX
+    folders = suffix != PARTIAL_SUFFIX
+    pattern, host = _pattern(path, suffix), host_tag()
     try:
         names = os.listdir(path.parent if str(path.parent) else ".")
     except OSError:

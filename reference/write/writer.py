@@ -18,7 +18,7 @@ import fcntl
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -27,10 +27,9 @@ from reference.format import rules
 from reference.format.layers import encode_linear
 from reference.format.metadata import encode_metadata
 from reference.ground.errors import FormatError
-from reference.ground.files import fsync_dir
 from reference.ground.hashing import buckets_of, fnv1a_64_many
-from reference.write import partial
 from reference.write.partial import PARTIAL_SUFFIX, stale_partials
+from reference.write.publish import Transaction, Watched
 from reference.write.writeback import Writeback
 from spec.algorithms import align_up, bucket_bits_for, crc32c
 from spec.constants import (
@@ -68,13 +67,6 @@ _NUMPY_TO_DTYPE = {
 }
 
 
-def _umask() -> int:
-    """The process umask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 class WriterStateError(RuntimeError):
     """A writer method called out of order (after close or abort)."""
 
@@ -108,23 +100,28 @@ class Writer:
         metadata: Mapping[str, Any] | None = None,
         check: Callable[[Path], None] | None = None,
         writeback: bool = False,
+        watched: Watched | None = None,
     ):
         """``check(tmp_path)``, if given, runs on the finished temporary file before it is
         renamed into place; raising aborts the write (the converter verifies there).
         ``writeback`` flushes the payloads to storage on a thread of its own as they are
         written (:mod:`reference.write.writeback`), so that :meth:`close` has little left to flush;
-        the bytes are the same either way."""
+        the bytes are the same either way.  ``watched``: what the run started from
+        (:func:`reference.write.publish.watch`; by default the destination as it is now): a
+        destination changed since is refused at close, never overwritten."""
         self.path = Path(path)
         self._metadata = encode_metadata(metadata)
         self._check = check
-        self._tmp, self._file = partial.create(self.path)  # named and locked [WR-3]
+        # the partial, named and locked [WR-3], published by one transaction [WR-2]
+        self._publish = Transaction(self.path, watched=watched)
+        self._tmp = self._publish.tmp
+        assert self._publish.file is not None
+        self._file: BinaryIO = self._publish.file
         self._state = _State.OPEN
         self._writeback: Writeback | None = None
         try:
             if writeback:
                 self._writeback = Writeback(self._file.fileno())
-            # mkstemp makes the file 0600; the published file gets what open() would give it.
-            os.fchmod(self._file.fileno(), 0o666 & ~_umask())
             self._file.write(bytes(SLAB_OFFSET))  # header area, zero-filled [PAD-1, WR-4]
         except BaseException:
             self.abort()
@@ -336,7 +333,7 @@ class Writer:
         except BaseException:
             file.close()
             raise
-        self._file = file
+        self._file = self._publish.file = file
         self._state = _State.OPEN
 
     def close(self) -> Path:
@@ -364,13 +361,7 @@ class Writer:
                 self._writeback.close()
         except OSError:
             pass  # the partial goes regardless
-        try:
-            if not self._file.closed:
-                self._file.close()
-        except OSError:
-            pass  # the write that failed already raised; the partial goes regardless
-        finally:
-            self._tmp.unlink(missing_ok=True)
+        self._publish.abort()  # the partial goes, whatever a failed write left in its buffer
 
     def __enter__(self) -> Writer:
         self._require_open()
@@ -445,9 +436,7 @@ class Writer:
         os.fsync(self._file.fileno())
         if self._check is not None:  # the partial stays open, so locked, until the rename
             self._check(self._tmp)
-        os.replace(self._tmp, self.path)
-        self._file.close()
-        fsync_dir(self.path.parent)
+        self._publish.commit()  # the old file's mode, owner and group; refused if it changed
 
     def _build_index(self) -> tuple[bytes, dict[str, int]]:
         """The index region [IDX-2..8], and the header counts that describe it."""

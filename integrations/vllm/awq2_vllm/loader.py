@@ -27,10 +27,28 @@ memory map into the parameter's columns.  On a GPU each part goes through one pi
 buffer and one copy to the device (not run here).
 
 Every other tensor (embeddings, norms, lm_head): from one file or a split set through the
-model's own ``load_weights``, which cuts it as vLLM cuts checkpoints; from a rank set, where
+model's own ``load_weights``, which cuts it as vLLM cuts checkpoints (from one file each is a
+tensor over a private, copy-on-write mapping of the file, handed over one at a time, as
+safetensors hands vLLM its tensors: ``UntypedStorage.from_file(..., shared=False)``,
+``bindings/python/src/lib.rs`` 705-730 of huggingface/safetensors; no buffer in between);
+from a rank set, where
 it is already this rank's cut (vocabulary rows padded to 64 as vLLM pads them [SET-12]),
 copied into the parameter of the same name and shape.  With pipeline parallelism, tensors of
 modules this stage does not build (``PPMissingLayer``) are not read.
+
+What is checked: one file is fully validated once (header, index, every entry, layers,
+bounds, overlaps, padding, metadata [RD-2]) and its entries are then found by name in what
+validation checked, not looked up and checked in the index again (``Reader.validated_entries``
+[RD-4]); a set is opened validated as :func:`awq2_vllm.weights.open_weights` opens it.
+Payload checksums are not read by default: neither vLLM's loaders nor safetensors verify any.
+``AWQ2_VLLM_VERIFY=1`` checks every payload's CRC-32C [ENT-10] (``Reader.verify``, by
+positioned reads) before anything is copied, and refuses a damaged one with
+``BAD_TENSOR_CHECKSUM``.
+
+Once the model is loaded and its weights processed, the C heap's free pages are handed back
+(glibc's ``malloc_trim``): the CPU build's repack (:mod:`awq2_vllm.cpu`) frees NumPy
+temporaries that glibc would otherwise keep, and the engine's peak RSS, reached later with
+the KV cache, would count them.
 
 Each worker logs what it opened and read (``awq2_vllm: TP rank r/T read ...``), and writes it
 as JSON into the folder ``AWQ2_VLLM_LOAD_REPORT`` names, when set.
@@ -38,13 +56,17 @@ as JSON into the folder ``AWQ2_VLLM_LOAD_REPORT`` names, when set.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
+import mmap
 import os
 import shlex
 import time
 import warnings
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +85,10 @@ from awq2_vllm.weights import (
     open_weights,
     opened_files,
 )
-from reference.format.layers import PARTS, columns, shard
+from reference.format.layers import PARTS, columns, read_linear, shard
+from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
+from reference.ground.errors import TensorNotFoundError
 from reference.quant.dtypes import raw_bits
 from reference.torch import TORCH_DTYPES, bytes_of, from_array
 from reference.write.writer import dtype_name_of
@@ -72,8 +96,35 @@ from spec.marlin import pack_factor
 
 MARLIN_TILE = 16
 REPORT_ENV = "AWQ2_VLLM_LOAD_REPORT"
+VERIFY_ENV = "AWQ2_VLLM_VERIFY"
 # A child of vLLM's logger, so that vLLM's logging configuration prints it.
 log = logging.getLogger("vllm.awq2_vllm")
+
+
+class Checked:
+    """One file's entries as its full validation checked them, found by name (what
+    :func:`reference.format.layers.read_linear` asks of a reader: ``in``, ``entry``,
+    ``view``, ``tensor``); the payloads are the reader's zero-copy views."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.ordered = reader.validated_entries()  # [RD-2], each entry checked once
+        self.by_name = {info.name: info for info in self.ordered}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
+    def entry(self, name: str) -> TensorInfo:
+        info = self.by_name.get(name)
+        if info is None:
+            raise TensorNotFoundError(name)
+        return info
+
+    def view(self, info: TensorInfo) -> Any:
+        return self.reader.view(info)
+
+    def tensor(self, name: str) -> Any:
+        return self.reader.view(self.entry(name))
 
 
 class Source:
@@ -81,6 +132,9 @@ class Source:
 
     def __init__(self, weights: Weights, reader: Any, rank: int, size: int) -> None:
         self.weights, self.reader, self.rank, self.size = weights, reader, rank, size
+        # one file: its validated entries, and (when first needed) a private map of it
+        self.checked = Checked(reader) if isinstance(reader, Reader) else None
+        self._private: mmap.mmap | None = None
         self.bytes_read = 0
         self.tensors_read = 0
 
@@ -94,9 +148,13 @@ class Source:
         return {"rank": self.rank} if self.rank_set else {}
 
     def entry(self, name: str) -> TensorInfo:
+        if self.checked is not None:
+            return self.checked.entry(name)
         return self.reader.entry(name, **self._rank_kw())
 
     def entries(self) -> list[TensorInfo]:
+        if self.checked is not None:
+            return list(self.checked.ordered)
         if not self.weights.stores_marlin:  # a checkpoint: its presented names [V1-1, CT-1]
             return [self.reader.entry(name) for name in self.reader.names()]
         return list(self.reader.entries(**self._rank_kw()))
@@ -108,10 +166,11 @@ class Source:
         if self.rank_set:
             layer = self.reader.linear(part.prefix, tp_rank=self.rank)
             return columns(layer, part.start, part.start + part.width) if part.width else layer
+        stored = self.checked if self.checked is not None else self.reader
         if not part.width:
-            return self.reader.linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
-                                      parallel=part.parallel)  # fmt: skip
-        piece = columns(self.reader.linear(part.prefix), part.start, part.start + part.width)
+            return read_linear(stored, part.prefix, tp_rank=part.rank, tp_size=part.count,
+                               parallel=part.parallel)  # fmt: skip
+        piece = columns(read_linear(stored, part.prefix), part.start, part.start + part.width)
         if part.parallel is None:
             return piece
         return shard(piece, tp_rank=part.rank, tp_size=part.count, parallel=part.parallel)
@@ -121,10 +180,8 @@ class Source:
         self.count(info)
 
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[str, torch.Tensor]]:
-        from reference.torch import read_entries
-
         if self.weights.kind == "file":
-            arrays = read_entries(self.reader, infos)
+            arrays = (self._mapped(info) for info in infos)
         elif not self.weights.stores_marlin:
             arrays = (from_array(self.reader.tensor(info.name)) for info in infos)
         else:
@@ -138,6 +195,25 @@ class Source:
         self.reader.read_into(info, bytes_of(out), **self._rank_kw())
         return out
 
+    def _mapped(self, info: TensorInfo) -> torch.Tensor:
+        """The payload of ``info`` as a tensor over a private (copy-on-write) map of the file:
+        no copy until the weight loader copies it into its parameter, and a loader that
+        writes into it changes its own pages, never the file."""
+        if self._private is None:
+            self.reader.check_length()  # TRUNCATED, not SIGBUS, for a file cut since opening
+            self._private = mmap.mmap(self.reader.fileno(), 0, access=mmap.ACCESS_COPY)
+        dtype = TORCH_DTYPES[info.dtype]
+        if not info.length:
+            return torch.empty(info.shape, dtype=dtype)
+        raw = torch.frombuffer(self._private, dtype=torch.uint8, count=info.length,
+                               offset=info.offset)  # fmt: skip
+        return raw.view(dtype).reshape(info.shape)
+
+    def verify(self) -> None:
+        """``AWQ2_VLLM_VERIFY=1``: every payload's CRC-32C [ENT-10], before any is copied."""
+        if os.environ.get(VERIFY_ENV, "") == "1" and self.weights.stores_marlin:
+            self.reader.verify()
+
     def count(self, info: TensorInfo) -> None:
         self.bytes_read += info.length
         self.tensors_read += 1
@@ -148,6 +224,7 @@ class Source:
             self.count(info)
 
     def close(self) -> None:
+        self._private = None  # unmapped once the last tensor over it is gone
         self.reader.close()
 
     def report(self) -> dict[str, Any]:
@@ -164,7 +241,13 @@ class Source:
 def open_source(model: Any, rank: int, size: int) -> Source:
     """What the worker of ``rank`` of ``size`` reads of the model folder ``model``."""
     weights = find_weights(model)
-    return Source(weights, open_weights(weights, rank, size), rank, size)
+    # one file: the opening checks here, its full validation in Checked, which keeps the entries
+    reader = open_weights(weights, rank, size, validate=weights.kind != "file")
+    try:
+        return Source(weights, reader, rank, size)
+    except BaseException:
+        reader.close()
+        raise
 
 
 def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None) -> list[str]:
@@ -276,7 +359,9 @@ class AWQv2ModelLoader(BaseModelLoader):
         """Refuse a folder it cannot serve before the model is built, then vLLM's own."""
         weights = find_weights(model_config.model)
         check_tp(weights, vllm_config.parallel_config.tensor_parallel_size)
-        return super().load_model(vllm_config, model_config, *args, **kwargs)
+        model = super().load_model(vllm_config, model_config, *args, **kwargs)
+        _trim_heap()
+        return model
 
     def load_weights(self, model: torch.nn.Module, model_config: Any) -> None:
         from vllm.distributed import (
@@ -288,6 +373,7 @@ class AWQv2ModelLoader(BaseModelLoader):
         source = open_source(model_config.model, rank, size)
         started = time.perf_counter()
         try:
+            source.verify()
             used: set[str] = set()
             for name, module in model.named_modules():
                 method = getattr(module, "quant_method", None)
@@ -305,6 +391,22 @@ class AWQv2ModelLoader(BaseModelLoader):
                 _advise(source, time.perf_counter() - started)
         finally:
             source.close()
+
+
+@cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None under another C library."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc only; elsewhere nothing)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _copy_cut(model: torch.nn.Module, source: Source, infos: list[TensorInfo]) -> None:
