@@ -18,7 +18,11 @@
 8. check that every page's ``<h1>`` begins with the page's title in the navigation (the home
    page, whose title is the site's name, excepted), so that a reader who picks an entry sees
    the page it names;
-9. save screenshots of the pages of :data:`SCREENSHOTS` to ``site-check/`` (light and dark
+9. check the layout at 1280 px (issue 39): no code block scrolls sideways but printed output
+   (``text``), so a comment at the end of a command is never hidden behind a scrollbar; no
+   blank band under a page's title (its box ends within a few pixels of its text); the home
+   page's buttons stand in one row, none touching the next;
+10. save screenshots of the pages of :data:`SCREENSHOTS` to ``site-check/`` (light and dark
    palettes, switched with the palette toggle): the top of each page, and each picture of its
    text scrolled into view, and print their paths.
 
@@ -33,6 +37,7 @@ import argparse
 import functools
 import hashlib
 import http.server
+import itertools
 import os
 import shutil
 import subprocess
@@ -171,6 +176,29 @@ return {
   title: document.title,
   h1: (document.querySelector('article h1') || {}).textContent || '',
   nav: (document.querySelector('.md-nav--primary .md-nav__link--active') || {}).textContent || '',
+  // code blocks that scroll sideways (printed output, language-text, may)
+  scrolling: Array.from(document.querySelectorAll(
+      'article .highlight:not(.language-text) pre > code'))
+    .filter(c => c.scrollWidth > c.clientWidth + 1)
+    .map(c => c.textContent.split('\\n').find(l => l.length) || ''),
+  // blank height inside the title's box below its text (the permalink sign excepted)
+  titleBand: (() => {
+    const h1 = document.querySelector('article h1');
+    if (!h1 || !h1.firstChild) return 0;
+    const range = document.createRange();
+    range.setStartBefore(h1.firstChild);
+    const link = h1.querySelector(':scope > .headerlink');
+    if (link) range.setEndBefore(link); else range.setEndAfter(h1.lastChild);
+    const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+    if (!rects.length) return 0;
+    const style = getComputedStyle(h1);
+    return h1.getBoundingClientRect().bottom - parseFloat(style.paddingBottom)
+           - Math.max(...rects.map(r => r.bottom));
+  })(),
+  buttons: Array.from(document.querySelectorAll('article .md-button'), b => {
+    const r = b.getBoundingClientRect();
+    return {text: b.textContent.trim(), left: r.left, right: r.right, top: r.top};
+  }),
   // every picture of the text: whether it loaded, and how far it reaches past the column
   images: Array.from(document.querySelectorAll('article img'), img => ({
     src: img.getAttribute('src'),
@@ -202,6 +230,7 @@ def visit_all(driver: object, base: str, urls: list[str]) -> tuple[dict[str, dic
         if not facts[url]["h1"].strip() and url.endswith("/"):
             problems.append(f"/{url}: no <h1> in the article")
         problems += picture_problems(url, facts[url]) + title_problems(url, facts[url])
+        problems += layout_problems(url, facts[url])
     return facts, problems
 
 
@@ -215,6 +244,36 @@ def picture_problems(url: str, fact: dict) -> list[str]:
             problems.append(
                 f"/{url}: picture {image['src']} reaches {image['overflow']:.0f} px past the "
                 "text column at 1280 px"
+            )
+    return problems
+
+
+#: A title's box may end this many pixels below its text (descenders); more is a blank band.
+TITLE_BAND_PX = 6
+#: The least gap between two buttons of the home page, in pixels.
+BUTTON_GAP_PX = 4
+
+
+def layout_problems(url: str, fact: dict) -> list[str]:
+    """At 1280 px: no code block but printed output scrolls sideways, no blank band under the
+    title, and the home page's buttons in one row with a gap between each two."""
+    problems = [
+        f"/{url}: a code block scrolls sideways at 1280 px (its end is hidden): {line[:60]!r}"
+        for line in fact["scrolling"]
+    ]
+    if fact["titleBand"] > TITLE_BAND_PX:
+        problems.append(f"/{url}: a blank band of {fact['titleBand']:.0f} px under the title")
+    if url != "":
+        return problems
+    buttons = fact["buttons"]
+    rows = len({round(b["top"]) for b in buttons})
+    if rows > 1:
+        problems.append(f"/: the buttons wrap onto {rows} rows at 1280 px")
+    for a, b in itertools.pairwise(buttons):
+        gap = b["left"] - a["right"]
+        if round(a["top"]) == round(b["top"]) and gap < BUTTON_GAP_PX:
+            problems.append(
+                f"/: buttons {a['text']!r} and {b['text']!r} touch ({gap:.0f} px apart)"
             )
     return problems
 
@@ -444,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             problems += found
             print(
                 f"pages     {len(facts)} loaded, {len(found)} problems (console errors, empty "
-                "pages, pictures that do not load or fit, titles unlike the navigation's)"
+                "pages, pictures that do not load or fit, titles unlike the navigation's, code "
+                "that scrolls, a band under the title, the home page's buttons)"
             )
             checked, broken = check_links(base, args.site, facts)
             problems += broken

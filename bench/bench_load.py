@@ -21,8 +21,16 @@ every repeat), loading every tensor of the model into memory:
     buffer allocated and touched before the timer;
 (c2) the same into a buffer allocated inside the timer (its page faults counted, as they are in
     (a), (b) and (d), which return fresh arrays);
-(c3) the other floor: the whole file copied out of a memory map (``mmap``, 16 MiB slices) into
-    the preallocated buffer of (c).  The faster of (c) and (c3), in each phase, is "the floor";
+(c3) the other one-thread floor: the whole file copied out of a memory map (``mmap``, 16 MiB
+    slices) into the preallocated buffer of (c);
+(c4) (c) on every core: the file in 8 MiB pieces spread over one thread per usable core (the
+    threads started before the timer, as the reader's pool is), each piece one ``os.preadv``
+    into the buffer of (c) (warm: the page cache copied on every core; cold: that many reads
+    in flight);
+(c5) (c3) on every core: the same pieces copied out of the map by NumPy, on the same threads.
+    "The floor", in each phase, is the fastest of the four: the faster of the one-thread floor
+    ((c) or (c3)) and the every-core floor ((c4) or (c5)), both printed, since (b) copies on
+    every core (``reference.ground.parallel``) and a one-thread floor is no floor for it;
 (d) ``safetensors.numpy.load_file`` of the v1 file (no repack);
 (e) AWQ-v2 index + one ``O_DIRECT`` ``os.preadv`` per tensor at its own offset into a
     page-aligned buffer (no page cache, no bounce copy), checked against every ``data_crc``;
@@ -42,7 +50,8 @@ every repeat), loading every tensor of the model into memory:
     member's opening checks per file; a rank reads its share of the bytes.
 
 It prints best and median of ``--repeats``, GB/s (of the file each case reads, 1 GB = 1e9 B) and
-the ratios (a)/(b), (b)/(floor) (target <= 1.1), (b)/(d) (target <= 1.0), (t)/(ts) and
+the two floors and the ratios (a)/(b), (b)/(floor) (target <= 1.1), (b) against each floor,
+(b)/(d) (target <= 1.0), (t)/(ts) and
 (tp)/(tsp) (target
 <= 1.0), conversion/(a) (target
 <= 3.0, the default thread count), the conversions against (a) and (c) with ``--jobs 1`` and
@@ -68,6 +77,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +105,7 @@ import reference
 from reference.convert import convert, convert_folder, default_jobs
 from reference.examples import LlamaShape, write_checkpoint
 from reference.format.layers import PARTS
+from reference.ground.parallel import available_cores
 from reference.sources.v1 import read_safetensors_header
 from spec.algorithms import crc32c
 
@@ -106,6 +117,9 @@ SHAPES = {
     "7b": LlamaShape(4096, 11008, 32, 32, 32, 32000),
 }
 CHUNK = 16 << 20  # plain sequential read chunk
+PIECE = 8 << 20  # a piece of the every-core floors (c4) and (c5)
+#: The floors: one thread, and every core; "the floor" is the fastest of them all.
+FLOORS_ONE, FLOORS_ALL = ("(c)", "(c3)"), ("(c4)", "(c5)")
 DIRECT_ALIGN = 4096  # O_DIRECT length rounding and buffer alignment
 TARGETS = {
     "(b)/(floor)": 1.1,
@@ -222,6 +236,47 @@ def map_copy(path: Path, buf: np.ndarray) -> np.ndarray:
             dst[pos : pos + CHUNK] = src[pos : pos + CHUNK]
         src.release()
     return buf
+
+
+class EveryCore:
+    """One thread per usable core, started once (outside the timers, as the reader's pool is),
+    each given every ``threads``-th piece of :data:`PIECE` bytes of a file."""
+
+    def __init__(self) -> None:
+        self.threads = available_cores()
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="floor")
+        list(self.pool.map(abs, range(self.threads)))  # start every thread now
+
+    def run(self, size: int, piece: Callable[[int, int], None]) -> None:
+        """``piece(start, stop)`` for every piece of ``range(size)``, on every thread."""
+        starts = list(range(0, size, PIECE))
+
+        def share(i: int) -> None:
+            for start in starts[i :: self.threads]:
+                piece(start, min(start + PIECE, size))
+
+        for future in [self.pool.submit(share, i) for i in range(self.threads)]:
+            future.result()
+
+    def pread(self, path: Path, buf: np.ndarray) -> np.ndarray:
+        """(c4) The whole file, each piece one ``os.preadv`` into ``buf``, on every core."""
+        view = memoryview(buf)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.run(path.stat().st_size, lambda a, b: pread_exact(fd, view[a:b], a))
+        finally:
+            os.close(fd)
+        return buf
+
+    def map_copy(self, path: Path, buf: np.ndarray) -> np.ndarray:
+        """(c5) The whole file copied out of a memory map by NumPy, on every core."""
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            self._copy_out(m, buf)  # its array of the map is gone when it returns
+        return buf
+
+    def _copy_out(self, m: mmap.mmap, buf: np.ndarray) -> None:
+        src = np.frombuffer(m, np.uint8)
+        self.run(len(src), lambda a, b: np.copyto(buf[a:b], src[a:b]))
 
 
 def pread_exact(fd: int, view: memoryview, offset: int) -> None:
@@ -400,13 +455,22 @@ def ratio_line(name: str, num: float, den: float, note: str = "") -> str:
 def print_ratios(by_key: dict[str, Case], conversion: Conversions, phase: str) -> list[str]:
     """Ratios of best times for ``phase`` ("warm" or "cold"); returns the failed names."""
     best = {k: min(getattr(c, phase)) for k, c in by_key.items() if getattr(c, phase)}
-    if not {"(a)", "(b)", "(b2)", "(c)", "(c2)", "(c3)", "(d)"} <= best.keys():
+    if not {"(a)", "(b)", "(b2)", "(c)", "(c2)", *FLOORS_ONE, *FLOORS_ALL, "(d)"} <= best.keys():
         return []
-    floor_key = min(("(c)", "(c3)"), key=best.__getitem__)
-    print(f"\nratios, {phase} cache (best times):")
+    one = min(FLOORS_ONE, key=best.__getitem__)
+    every = min(FLOORS_ALL, key=best.__getitem__)
+    floor_key = min((one, every), key=best.__getitem__)
+    size = by_key["(c)"].nbytes
+    print(f"\nthe floor, {phase} cache: one thread {one} {best[one]:.4f} s "
+          f"({gbps(size, best[one]).strip()} GB/s), every core {every} {best[every]:.4f} s "
+          f"({gbps(size, best[every]).strip()} GB/s); the floor is {floor_key}")  # fmt: skip
+    print(f"ratios, {phase} cache (best times):")
     lines = [
         ("(a)/(b)", best["(a)"], best["(b)"], "time an engine saves (v1 repack / v2 read)"),
-        ("(b)/(floor)", best["(b)"], best[floor_key], f"v2 read / the faster floor, {floor_key}"),
+        ("(b)/(floor)", best["(b)"], best[floor_key],
+         f"v2 read / the floor, the faster of one thread and every core: {floor_key}"),
+        ("(b)/(floor 1)", best["(b)"], best[one], f"v2 read / the one-thread floor, {one}"),
+        ("(b)/(floor N)", best["(b)"], best[every], f"v2 read / the every-core floor, {every}"),
         ("(c3)/(c)", best["(c3)"], best["(c)"], "copy out of a map / plain sequential read"),
         ("(b)/(c)", best["(b)"], best["(c)"], "v2 read / plain sequential read"),
         ("(b)/(c2)", best["(b)"], best["(c2)"], "the same, the floor's page faults counted"),
@@ -595,8 +659,10 @@ def convert_timed(src: Path, dst: Path, repeats: int) -> Conversions:
     return Conversions(min(times[1]), min(times[jobs]), jobs)
 
 
-def make_cases(v1_dir: Path, v1_file: Path, v2: Path, buf: np.ndarray, direct: bool) -> list[Case]:
-    """The timed cases; ``buf`` is the preallocated buffer of (b2) and (c)."""
+def make_cases(
+    v1_dir: Path, v1_file: Path, v2: Path, buf: np.ndarray, direct: bool, every: EveryCore
+) -> list[Case]:
+    """The timed cases; ``buf`` is the preallocated buffer of (b), (c), (c3), (c4), (c5)."""
     s1, s2 = v1_file.stat().st_size, v2.stat().st_size
     cases = [
         Case("(a)", "v1 open + NumPy repack to Marlin", lambda: v1_repack(v1_dir), [v1_file], s1),
@@ -627,6 +693,20 @@ def make_cases(v1_dir: Path, v1_file: Path, v2: Path, buf: np.ndarray, direct: b
             "(c3)",
             "copy of the v2 file out of a map, preallocated",
             lambda: map_copy(v2, buf),
+            [v2],
+            s2,
+        ),
+        Case(
+            "(c4)",
+            f"(c) on every core: preadv of pieces, {every.threads} threads",
+            lambda: every.pread(v2, buf),
+            [v2],
+            s2,
+        ),
+        Case(
+            "(c5)",
+            f"(c3) on every core: map copy of pieces, {every.threads} threads",
+            lambda: every.map_copy(v2, buf),
             [v2],
             s2,
         ),
@@ -662,7 +742,8 @@ def run(workdir: Path, shape_name: str, repeats: int, profile: bool) -> None:
 
     buf = np.empty(v2.stat().st_size, np.uint8)
     buf.fill(0)  # touch every page now, outside the timers
-    cases = make_cases(v1_dir, v1_file, v2, buf, direct=refused is None)
+    every = EveryCore()
+    cases = make_cases(v1_dir, v1_file, v2, buf, direct=refused is None, every=every)
     cases += torch_cases(v2, workdir)
     cases += set_cases(v1_dir, v2, workdir)
     for path in {path for case in cases for path in case.files}:
@@ -693,8 +774,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure how long loading a whole AWQ model takes: AWQ v1 with the NumPy "
         "repack to Marlin an engine does today (a), AWQ-v2 through reference.open (b) and "
         "through one buffered pread per tensor (b2), a plain "
-        "sequential read of the AWQ-v2 file (c) and a copy of it out of a map (c3), the faster "
-        "being the floor, safetensors load_file of the v1 "
+        "sequential read of the AWQ-v2 file (c) and a copy of it out of a map (c3) on one "
+        "thread, the same two on every core (c4, c5), the fastest of the four being the floor "
+        "(both the one-thread and the every-core floor are printed), safetensors load_file of "
+        "the v1 "
         "file (d), and O_DIRECT reads of the 64 KiB-aligned AWQ-v2 payloads (e); warm and cold "
         "page cache, best and median of --repeats; plus the v1 -> v2 conversion time. Ratios "
         "(b)/(floor) <= 1.1, (b)/(d) <= 1.0 and conversion/(a) <= 3.0 are the targets.",

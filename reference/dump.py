@@ -7,7 +7,9 @@ The text is short: the format facts, a few lines summing up the configuration (a
 hidden layers, hidden size, quantisation, source format) and the tensor table; ``--config``
 prints the whole configuration.  ``--tensor NAME`` explains one tensor, ``--layer PREFIX``
 one quantised layer (its stored tensors and its dequantised weights); of a rank set, the
-shard of ``--rank R``.
+shard of ``--rank R``.  Either prints one line naming the input and only that, not the whole
+report.  A model's ``config.json`` given instead of its folder is ``CONFIG_NOT_WEIGHTS``,
+naming the folder.
 
 Exit status:
 
@@ -31,6 +33,7 @@ import argparse
 import itertools
 import json
 import os
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,14 +44,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from reference.format.reader import Reader
-from reference.ground.errors import FormatError, TensorNotFoundError
+from reference.ground.errors import FormatError, TensorNotFoundError, error
 from reference.ground.files import open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet, dangling_link, is_set_path
 from reference.sets.folder import MODEL_FILE
 from reference.sources.legacy import Checkpoint, open_checkpoint
 from reference.sources.v1 import is_safetensors
-from spec.constants import MAGIC
+from spec.constants import MAGIC, MAX_METADATA_LENGTH
 from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
@@ -392,13 +395,31 @@ def _one(source: Any, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return _layer_doc(source, name, kw), None
 
 
+def _headline(doc: dict[str, Any]) -> str:
+    """The one line printed above ``--tensor`` and ``--layer``: what the input is, that it
+    is valid, and how much of it was checked (the whole report is the command without them)."""
+    verified = ", every payload checksum verified" if doc["verified"] else ""
+    path = escape(doc["path"])
+    if "kind" in doc:  # a file set
+        tp = f", tp_size {doc['tp_size']}" if doc["kind"] == "rank" else ""
+        return (f"AWQ-v2 file set {path}: valid, {doc['kind']} set{tp}, {len(doc['files'])} "
+                f"files, {doc['tensor_count']} tensors{verified}")  # fmt: skip
+    if "source_format" in doc:  # a legacy checkpoint: no checksums, every tensor read instead
+        read = ", every tensor read" if doc["verified"] else ""
+        return (f"legacy checkpoint {path} (not AWQ-v2): valid, {doc['source_format']}, "
+                f"{doc['tensor_count']} tensors{read}")  # fmt: skip
+    return (f"AWQ-v2 file {path}: valid, format {doc['format_version']}, "
+            f"{doc['tensor_count']} tensors{verified}")  # fmt: skip
+
+
 def _explain(args: argparse.Namespace, out: TextIO, source: Any, doc: dict[str, Any],
-             rows: Callable[[], Iterable[dict[str, Any]]],
-             text: Callable[[], None]) -> int:  # fmt: skip
+             rows: Callable[[], Iterable[dict[str, Any]]], text: Callable[[], None],
+             tail: Callable[[], None] = lambda: None) -> int:  # fmt: skip
     """Print what was asked of a validated source: its ``--json`` document (streaming the
     tensors from ``rows``) or its ``text``.  With ``--tensor`` or ``--layer``, that report is
-    made first (a usage error prints nothing on stdout), then printed after the text, or with
-    ``--json`` alone: one JSON document, ``valid``, ``verified`` and ``path`` first."""
+    made first (a usage error prints nothing on stdout), then printed below a one-line
+    :func:`_headline` and followed by ``tail`` (the hex dumps asked for), or with ``--json``
+    alone: one JSON document, ``valid``, ``verified`` and ``path`` first."""
     if args.tensor is None and args.layer is None:
         if args.json:
             write_json(doc, rows(), out)
@@ -420,12 +441,13 @@ def _explain(args: argparse.Namespace, out: TextIO, source: Any, doc: dict[str, 
         json.dump({**head, **one}, out, indent=2, ensure_ascii=True)
         print(file=out)
         return EXIT_OK
-    text()
+    print(_headline(doc), file=out)
     print(file=out)
     if args.tensor is not None:
         _print_tensor(one, array, out)
     else:
         _print_layer(one, out)
+    tail()
     return EXIT_OK
 
 
@@ -594,11 +616,42 @@ def _dump_set(args: argparse.Namespace, out: TextIO) -> int:
             return _explain(args, out, fs, doc, lambda: set_rows(fs),
                             lambda: _print_set(doc, fs, out, whole=args.config))  # fmt: skip
     except FormatError as exc:
-        return _report_invalid(args, exc, out)
+        return _report_invalid(args, _configuration(args.file, exc), out)
     except BrokenPipeError:
         raise
     except OSError as exc:
         return _unreadable(args.file, exc)
+
+
+#: Keys that every ``config.json`` of transformers holds one of (``model_type`` is written by
+#: ``PretrainedConfig.to_dict``, ``architectures`` by ``save_pretrained``); a set manifest has
+#: neither [SET-2].
+_CONFIG_KEYS = ("model_type", "architectures")
+
+
+def _configuration(path: str, exc: FormatError) -> FormatError:
+    """``CONFIG_NOT_WEIGHTS`` naming the folder to give instead, when the JSON file that the
+    set reader refused as a manifest (``SET_UNSUPPORTED``: no ``awq2_set``) is a model's
+    configuration; else ``exc`` itself.  Only what the set reader already refused is looked
+    at, so a manifest is never taken for a configuration."""
+    if exc.code != "SET_UNSUPPORTED" or not os.path.isfile(path):
+        return exc
+    try:
+        with open_regular(path) as f:
+            raw = f.read(MAX_METADATA_LENGTH + 1)
+        document = json.loads(raw) if len(raw) <= MAX_METADATA_LENGTH else None
+    except (OSError, ValueError):
+        return exc
+    if not isinstance(document, dict) or "awq2_set" in document:
+        return exc
+    found = [f"{key} {document[key]!r}" for key in _CONFIG_KEYS if key in document]
+    if not found:
+        return exc
+    folder = os.path.dirname(path) or "."
+    return error("CONFIG_NOT_WEIGHTS", f"{os.path.basename(path)} is a model's configuration, "
+                 f"not its weights: give the model's folder, awq2-dump {shlex.quote(folder)}",
+                 expected="weights: an .awq2 file, a model folder, a file set or a checkpoint",
+                 found=f"a model configuration ({', '.join(found)})", path=path)  # fmt: skip
 
 
 def _print_members(doc: dict[str, Any], out: TextIO) -> None:
@@ -668,10 +721,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", action="store_true", help="print the whole configuration "
                         "(the metadata), not its summary")  # fmt: skip
     one = parser.add_mutually_exclusive_group()
-    one.add_argument("--tensor", metavar="NAME", help="print one tensor's values and statistics")
+    one.add_argument("--tensor", metavar="NAME", help="print one tensor's values and "
+                     "statistics (below one line naming the input, without the whole "
+                     "report)")  # fmt: skip
     one.add_argument("--layer", metavar="PREFIX", help="explain one quantised layer: bits, "
                      "group size, stored layout, in/out features, its stored tensors and "
-                     "statistics of its dequantised weights")  # fmt: skip
+                     "statistics of its dequantised weights (below one line naming the input, "
+                     "without the whole report)")  # fmt: skip
     parser.add_argument("--rank", metavar="R", type=int, help="of a rank set: the rank whose "
                         "shard --tensor or --layer shows (each rank holds its own)")  # fmt: skip
     parser.add_argument("--hexdump", action="store_true", help="hex dump of the header and trailer")
@@ -719,12 +775,15 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
         except FormatError as exc:
             return _report_invalid(args, exc, out)
 
-        def text() -> None:
-            _print_text(doc, reader, out, whole=args.config)
+        def hexdumps() -> None:
             if args.hexdump:
                 _hexdumps(args.file, reader.file_size, out)
 
-        return _explain(args, out, reader, doc, lambda: tensor_rows(reader), text)
+        def text() -> None:
+            _print_text(doc, reader, out, whole=args.config)
+            hexdumps()
+
+        return _explain(args, out, reader, doc, lambda: tensor_rows(reader), text, hexdumps)
 
 
 def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> int:

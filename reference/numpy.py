@@ -7,12 +7,16 @@ What "the same meaning" is, checked in safetensors 0.8.0's
 both libraries side by side:
 
 * ``save(tensors, metadata=None) -> bytes`` (``numpy.py:save``) and ``save_file(tensors,
-  filename, metadata=None) -> None`` (``numpy.py:save_file``): a ``dict`` of arrays, in dict
-  order; a big-endian array is stored little-endian (``numpy.py:_flatten`` byteswaps, and
-  ``test_simple.py:test_serialization_no_big_endian`` checks it); the same array under two
-  names, or two overlapping arrays, are stored twice (``_flatten`` has no check of shared
-  memory, unlike ``safetensors.torch``); empty arrays, zero-size dimensions, 0-d arrays and
-  ``bool`` are stored as they are (``test_simple.py:test_numpy_bool``).
+  filename, metadata=None) -> None`` (``numpy.py:save_file``): a ``dict`` of arrays, stored
+  in safetensors' order whatever the dict's (:func:`safetensors_order`: by dtype, the widest
+  first, then by name, as ``prepare`` in ``safetensors/src/tensor.rs`` sorts), so that the
+  same tensors give the same bytes; a big-endian array is stored little-endian
+  (``numpy.py:_flatten`` byteswaps, and ``test_simple.py:test_serialization_no_big_endian``
+  checks it); the same array under two names, or two overlapping arrays, are stored twice
+  (``_flatten`` has no check of shared memory, unlike ``safetensors.torch``); empty arrays,
+  zero-size dimensions, 0-d arrays and ``bool`` are stored as they are
+  (``test_simple.py:test_numpy_bool``).  ``metadata=None`` stores none: ``safe_open``'s
+  ``metadata()`` is ``None`` then, as there.
 * ``load(data) -> dict`` (``numpy.py:load``) and ``load_file(filename) -> dict``
   (``numpy.py:load_file``): every tensor, as writable arrays that share no memory with
   ``data``; ``load_file``'s keyword ``backend`` is ``"mmap"`` (arrays in one private,
@@ -53,7 +57,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -68,12 +72,19 @@ from reference.format.validate import check_slab, validate_index
 from reference.opener import open as open_any
 from reference.quant.dtypes import numpy_dtype
 from reference.sets.fileset import FileSet
+from reference.write.writer import dtype_name_of
 from reference.write.writer import save as save_arrays
 
 _T = TypeVar("_T")
 
 #: What ``backend`` may be, as ``safetensors.numpy.load_file`` takes it.
 BACKENDS = ("mmap", "pread")
+
+#: The registry's dtypes in the order of safetensors' ``Dtype`` enum, which its comment calls
+#: "increasing alignment order" (``safetensors/src/tensor.rs:808-860`` at 24b0b2857fef; its
+#: ``F4``, ``F6_*``, ``F8_E8M0``, ``*FNUZ`` and ``C64`` are not in the registry [ENT-4]).
+SAFETENSORS_DTYPE_ORDER = ("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+                           "BF16", "I32", "U32", "F32", "F64", "I64", "U64")  # fmt: skip
 
 # -------------------------------------------------------------------------------------- saving
 
@@ -93,12 +104,28 @@ def save_file(
     filename: str | os.PathLike[str],
     metadata: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write ``tensors`` (a dict of NumPy arrays, stored in dict order) to an AWQ-v2 file,
-    like ``safetensors.numpy.save_file``; ``metadata`` is any JSON object [META-1]
-    (safetensors' ``dict[str, str]`` is one).  Non-contiguous and big-endian arrays are
+    """Write ``tensors`` (a dict of NumPy arrays, stored in :func:`safetensors_order`) to an
+    AWQ-v2 file, like ``safetensors.numpy.save_file``; ``metadata`` is any JSON object
+    [META-1] (safetensors' ``dict[str, str]`` is one; ``None`` stores none, and
+    ``safe_open(...).metadata()`` reads ``None``).  Non-contiguous and big-endian arrays are
     stored by their values, little-endian [DT-1]; nothing is written when a check fails."""
     check_arrays(tensors)
-    save_arrays(filename, tensors, metadata)
+    save_arrays(filename, dict(safetensors_order(tensors.items(), dtype_name_of)), metadata)
+
+
+def safetensors_order(
+    items: Iterable[tuple[str, _T]], dtype_of: Callable[[_T], str]
+) -> list[tuple[str, _T]]:
+    """``(name, tensor)`` pairs in the order safetensors writes them: by dtype, descending in
+    :data:`SAFETENSORS_DTYPE_ORDER`, then by name (``prepare`` in ``safetensors/src/tensor.rs``,
+    lines 227-232 at 24b0b2857fef; Rust compares strings by their UTF-8 bytes, which is
+    Python's order of code points).  ``dtype_of(tensor)`` is its registry dtype name."""
+    rank = {name: i for i, name in enumerate(SAFETENSORS_DTYPE_ORDER)}
+
+    def key(item: tuple[str, _T]) -> tuple[int, str]:
+        return -rank[dtype_of(item[1])], item[0]
+
+    return sorted(items, key=key)
 
 
 def check_arrays(tensors: Any) -> None:
@@ -238,11 +265,13 @@ def checked_entries(reader: Reader, validate: bool = False) -> list[TensorInfo]:
 
 __all__ = [
     "BACKENDS",
+    "SAFETENSORS_DTYPE_ORDER",
     "check_arrays",
     "checked_entries",
     "load",
     "load_file",
     "read_all",
+    "safetensors_order",
     "save",
     "save_file",
     "views_of",

@@ -4,19 +4,45 @@
 ...     for name in f.keys():
 ...         first_rows = f.get_slice(name)[:2]
 
-What it mirrors, checked in safetensors' Python binding (``bindings/python/src/lib.rs`` of
-huggingface/safetensors: ``safe_open``, ``Open``, ``PySafeSlice``, ``slice_to_indexer``):
+What it mirrors, checked in safetensors 0.8.0's Python binding (``bindings/python/src/lib.rs``
+of huggingface/safetensors at 24b0b2857fef, the line numbers below are that file's):
 
-* ``safe_open(path, framework, device="cpu")`` is a context manager with ``keys()``,
-  ``get_tensor(name)``, ``get_slice(name)`` and ``metadata()``; once the block is left every
-  call raises (safetensors: "File is closed").  ``framework`` is ``"np"``/``"numpy"`` or
-  ``"pt"``/``"torch"``/``"pytorch"`` (safetensors also takes ``tf``, ``flax``, ``mlx``: not
-  here); a device other than the CPU is refused at open for NumPy, as there.
+* ``safe_open(path, framework, device="cpu", *, backend="mmap")`` is a context manager with
+  ``keys()``, ``offset_keys()``, ``get_tensor(name)``, ``get_tensors()``, ``get_slice(name)``
+  and ``metadata()``; once the block is left every call raises :class:`RefusedError`
+  (code ``SAFE_OPEN_CLOSED``; safetensors: ``SafetensorError("File is closed")``,
+  lib.rs:1277).  ``framework`` is ``"np"``/``"numpy"`` or ``"pt"``/``"torch"``/``"pytorch"``
+  (safetensors also takes ``tf``, ``flax``, ``mlx``, ``paddle``: not here); a device other
+  than the CPU is refused at open for NumPy, as there (lib.rs:613).
+* ``backend`` (lib.rs:332-364): ``"mmap"`` serves tensors from a map of the file,
+  ``"pread"`` by positioned reads of the open file; anything else is refused at open
+  (``ValueError``).  Here ``"mmap"`` gives a NumPy ``get_tensor`` as a private,
+  copy-on-write map of the tensor's pages (``ACCESS_COPY``, ``MAP_PRIVATE``): writable, read
+  when touched, a write changing only this process's copy (safetensors copies the bytes into
+  a new array, lib.rs:825-837; its torch storage is ``UntypedStorage.from_file(...,
+  shared=False)``, copy-on-write too, lib.rs:704-741); ``"pread"`` reads the tensor into a
+  new array.  ``get_slice`` reads by ``preadv`` with either.
+* ``keys()`` is sorted (lib.rs:775-779); ``offset_keys()`` is in the order of the payloads
+  (lib.rs:786-788; here slab order, then member by member); ``get_tensors()`` is
+  ``{name: get_tensor(name)}`` in that order (lib.rs:1139-1158).
+* ``metadata()`` is ``None`` when the writer was given none (safetensors: no
+  ``__metadata__`` key, lib.rs:766-768): here ``metadata_length`` 0 [META-1], which
+  ``reference.save`` and the ``save_file`` functions write for ``metadata=None``, and which is
+  apart from an empty object (``{}``, two bytes, read back as ``{}``, as safetensors reads an
+  empty ``__metadata__``).  Of a set, its first member's [SET-10].
 * ``get_slice(name)`` returns an object with ``get_shape()`` (a list of ints),
   ``get_dtype()`` (the registry name, ``"F16"``, ``"BF16"``..., safetensors' own spellings)
-  and ``__getitem__``: an int (negative counts from the end) or a slice per dimension, as
-  there; here also any step (negative too) and one ``...``.  Lists, arrays, booleans and
-  ``None`` are refused (``TypeError``; safetensors refuses non-empty lists).
+  and ``__getitem__``.  With ``"pt"`` it takes what a torch tensor's ``[]`` takes: safetensors
+  reshapes the mapped bytes and calls torch's ``__getitem__`` with the key (lib.rs:1563-1628),
+  so lists, empty lists, arrays, int and bool tensors, ``None`` and booleans all work there,
+  and here (ints, slices and ``...`` read only the rows they cover; any other key reads the
+  whole tensor, then indexes it with torch).  With ``"np"``: an int (negative counts from the
+  end) or a slice per dimension, and a whole key ``[]`` (an empty list: no rows), as
+  safetensors' own parser takes (lib.rs:1436-1456); here also any step (negative too) and one
+  ``...``.  Other lists, arrays, booleans and ``None`` are refused (``TypeError``;
+  safetensors: "Non empty lists are not implemented"), an int out of range is an
+  ``IndexError`` (safetensors: ``SafetensorError``), and a slice past the end is cut at the
+  end, as NumPy cuts it (safetensors refuses it).
 
 What differs, on purpose:
 
@@ -24,12 +50,9 @@ What differs, on purpose:
   split set or, with ``rank=r``, rank ``r`` of a rank set (refused without it:
   ``TP_RANK_REQUIRED`` [SET-13]); an AWQ v1 or compressed-tensors checkpoint is refused.
 * ``metadata()`` is the file's metadata object [META-1] as :attr:`Reader.metadata` gives it,
-  any JSON object (nested values, numbers...), ``{}`` when there is none; safetensors gives
-  ``dict[str, str]``, or ``None``.
-* ``keys()`` are in slab order (then member by member), as :meth:`Reader.names`.
-* ``get_tensor`` with ``"np"`` is a read-only, zero-copy view of the memory map
-  (:meth:`Reader.tensor`); safetensors copies.  A quantised layer's entries come as stored,
-  in the Marlin layout (``Reader.linear`` and ``Reader.dequantize`` interpret them).
+  any JSON object (nested values, numbers...); safetensors gives ``dict[str, str]``.
+* A quantised layer's entries come as stored, in the Marlin layout (``Reader.linear`` and
+  ``Reader.dequantize`` interpret them).
 * ``get_slice`` never reads through the map.  The leading integer indices and the first
   slice fix one contiguous run of the payload: the rows ``[a, b)`` that slice covers (of the
   dimensions after the integers), read by one positioned read (``preadv``, across short
@@ -44,10 +67,10 @@ descriptor) with its size at open, before any page of the map is touched (the in
 checked so (``FileSet.lease``).  Indexing a slice taken before the cut needs no check: it
 reads by ``preadv``, which finds the new end itself and raises ``TRUNCATED`` for rows past
 it, never faults, and returns rows still there.  What is left is a race: a file cut between
-the check and the touch of a page (the index, or a ``get_tensor`` view, which is the map
-itself and faults whenever it is read after the cut) still kills the process.  Only a
-private copy closes it: ``reference.open(path, copy=True)`` reads the file once into memory
-(a ``"pt"`` tensor is a copy too, but made from the map).
+the check and the touch of a page (the index, or a ``get_tensor`` map with ``"mmap"``, which
+faults whenever it is read after the cut) still kills the process.  ``backend="pread"``
+closes it for ``get_tensor``; ``reference.open(path, copy=True)`` reads the file once into
+memory.
 
 Threads may share one ``safe_open``, of a set too: a member being read is never closed to
 make room for another (``FileSet.lease``).
@@ -62,6 +85,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import mmap
 import operator
 import os
 from collections.abc import Callable
@@ -74,13 +98,16 @@ from numpy.typing import NDArray
 
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
-from reference.ground.errors import TensorNotFoundError, error, field_error
+from reference.ground.errors import RefusedError, TensorNotFoundError, error, field_error
 from reference.opener import open as open_any
 from reference.quant.dtypes import numpy_dtype
 from reference.sets.fileset import FileSet
 
 #: safetensors' framework names that this module serves, and what each is here.
 FRAMEWORKS = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt", "pytorch": "pt"}
+
+#: safetensors' storage backends (``Backend``, lib.rs:332-364): a map, or positioned reads.
+BACKENDS = ("mmap", "pread")
 
 #: One index of one dimension after :func:`expand_index`: a position or a slice.
 Index = int | slice
@@ -89,9 +116,10 @@ Index = int | slice
 class safe_open:  # safetensors' name, so that code written for it reads the same
     """An open AWQ-v2 file, model folder or set; use it in a ``with`` block (or ``close()``).
 
-    ``rank=R`` opens rank ``R`` of a rank set (needed there, refused elsewhere but 0);
-    ``validate=True`` runs full validation first (:meth:`Reader.validate`).  The framework
-    and the device are checked before the file is opened, as safetensors checks them."""
+    ``backend`` is ``"mmap"`` or ``"pread"``, as there; ``rank=R`` opens rank ``R`` of a rank
+    set (needed there, refused elsewhere but 0); ``validate=True`` runs full validation first
+    (:meth:`Reader.validate`).  The framework, the device and the backend are checked before
+    the file is opened, as safetensors checks them."""
 
     def __init__(
         self,
@@ -99,6 +127,7 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         framework: str,
         device: Any = "cpu",
         *,
+        backend: str = "mmap",
         rank: int | None = None,
         validate: bool = False,
     ) -> None:
@@ -108,6 +137,10 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         if kind == "np" and str(device) != "cpu":
             raise ValueError(f"device {device!r} with framework {framework!r}: NumPy arrays "
                              "live on the CPU; use framework='pt' for another device")  # fmt: skip
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
+        self._torch_index = kind == "pt"
+        self._read = _private_view if backend == "mmap" else _read_new
         self._convert: Callable[[NDArray[Any]], Any] = _identity
         if kind == "pt":
             self._convert = _to_torch(device)
@@ -129,7 +162,8 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
 
     def _open(self) -> Reader | FileSet:
         if self._opened is None:
-            raise ValueError("the file is closed (use safe_open in a with block)")
+            raise RefusedError("SAFE_OPEN_CLOSED", "the file is closed (use safe_open in a "
+                               "with block, and its results inside it)")  # fmt: skip
         return self._opened
 
     def _checked(self) -> Reader | FileSet:
@@ -141,28 +175,50 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         return opened
 
     def keys(self) -> list[str]:
-        """Every tensor name, in slab order (of a set, member by member)."""
+        """Every tensor name, sorted (safetensors' order, lib.rs:775-779)."""
+        return sorted(self._checked().names())
+
+    def offset_keys(self) -> list[str]:
+        """Every tensor name in the order of the payloads: slab order (of a set, member by
+        member)."""
         return self._checked().names()
 
-    def metadata(self) -> dict[str, Any]:
-        """The metadata JSON object, ``{}`` when there is none [META-1]."""
-        return self._checked().metadata
+    def metadata(self) -> dict[str, Any] | None:
+        """The metadata JSON object; ``None`` when the file stores none (``metadata_length``
+        0 [META-1]; of a set, its first member [SET-10])."""
+        opened = self._checked()
+        metadata = opened.metadata
+        if metadata or not _stores_none(opened):
+            return metadata
+        return None
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor: a read-only NumPy view of the map, or a new torch tensor."""
-        return self._convert(self._checked().tensor(name))
+        """The whole tensor: with ``"np"``, a writable, copy-on-write map of its pages
+        (``backend="mmap"``) or a new array (``"pread"``); with ``"pt"``, a new tensor."""
+        opened = self._checked()
+        if isinstance(opened, Reader):
+            return self._convert(self._read(opened, opened.entry(name)))
+        index = opened.find(name)
+        if index is None:
+            raise TensorNotFoundError(name)
+        with opened.lease(index) as reader:
+            return self._convert(self._read(reader, reader.entry(name)))
+
+    def get_tensors(self) -> dict[str, Any]:
+        """``{name: get_tensor(name)}`` for every name, in :meth:`offset_keys` order."""
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
 
     def get_slice(self, name: str) -> SafeSlice:
         """A tensor to index (``[rows, columns]``), reading only the rows the index covers."""
         opened = self._checked()
         if isinstance(opened, Reader):
-            return SafeSlice(opened.entry(name), self._holder, self._convert)
+            return SafeSlice(opened.entry(name), self._holder, self._convert, self._torch_index)
         index = opened.find(name)
         if index is None:
             raise TensorNotFoundError(name)
         with opened.lease(index) as reader:
             info = reader.entry(name)
-        return SafeSlice(info, lambda: self._holder(index), self._convert)
+        return SafeSlice(info, lambda: self._holder(index), self._convert, self._torch_index)
 
     def _holder(self, index: int = 0) -> AbstractContextManager[Reader]:
         """The reader of the file, or of member ``index`` of a set, held open while in use:
@@ -196,10 +252,13 @@ class SafeSlice:
         info: TensorInfo,
         holder: Callable[[], AbstractContextManager[Reader]],
         convert: Callable[[NDArray[Any]], Any],
+        torch_index: bool = False,
     ) -> None:
-        """``holder()`` holds the reader of the file that stores ``info`` open for a read."""
+        """``holder()`` holds the reader of the file that stores ``info`` open for a read;
+        ``torch_index``: an index that is not ints, slices and ``...`` goes to the converted
+        whole tensor's ``[]`` (``"pt"``), instead of being refused."""
         self.info = info
-        self._holder, self._convert = holder, convert
+        self._holder, self._convert, self._torch_index = holder, convert, torch_index
 
     def get_shape(self) -> list[int]:
         """The whole tensor's shape."""
@@ -211,14 +270,34 @@ class SafeSlice:
 
     def __getitem__(self, key: Any) -> Any:
         info = self.info
-        index = expand_index(key, info.shape)
+        if isinstance(key, list) and not key:  # no rows, as safetensors (lib.rs:1444-1447)
+            key = slice(0, 0)
+        if self._torch_index and not is_basic(key):  # torch's own [] (lib.rs:1619-1623)
+            return self._convert(self._rows(expand_index((), info.shape)))[key]
+        return self._convert(self._rows(expand_index(key, info.shape)))
+
+    def _rows(self, index: list[Index]) -> NDArray[Any]:
+        """The elements ``index`` selects (one int or slice per dimension): the rows it
+        covers, read by one positioned read, then indexed in memory."""
+        info = self.info
         start, block_shape, local = covered_run(index, info.shape)
         block = np.empty(block_shape, numpy_dtype(info.dtype))
         if block.nbytes:
             offset = info.offset + start * block.itemsize
             with self._holder() as reader:
                 pread_exact(reader.fileno(), block.reshape(-1).view(np.uint8).data, offset)
-        return self._convert(np.ascontiguousarray(block[local]) if local else block)
+        return np.ascontiguousarray(block[local]) if local else block
+
+
+def is_basic(key: Any) -> bool:
+    """``key`` is ints, slices and ``...`` only (what :func:`expand_index` takes)."""
+    items = key if isinstance(key, tuple) else (key,)
+    return all(
+        item is Ellipsis
+        or isinstance(item, slice)
+        or (isinstance(item, int | np.integer) and not isinstance(item, bool | np.bool_))
+        for item in items
+    )
 
 
 def expand_index(key: Any, shape: tuple[int, ...]) -> list[Index]:
@@ -293,6 +372,37 @@ def pread_exact(fd: int, view: memoryview, offset: int) -> None:
         pending, at = pending[got:], at + got
 
 
+def _private_view(reader: Reader, info: TensorInfo) -> NDArray[Any]:
+    """The payload of ``info`` as a writable array over a private map of its pages
+    (``ACCESS_COPY``: ``MAP_PRIVATE``): nothing is read before it is touched, and a write
+    changes this process's copy only, never the file."""
+    dtype = numpy_dtype(info.dtype)
+    if not info.length:  # no bytes to map
+        return np.empty(info.shape, dtype)
+    start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
+    private = mmap.mmap(reader.fileno(), info.offset + info.length - start,
+                        access=mmap.ACCESS_COPY, offset=start)  # fmt: skip
+    array = np.frombuffer(private, dtype, info.length // dtype.itemsize, info.offset - start)
+    return array.reshape(info.shape)
+
+
+def _read_new(reader: Reader, info: TensorInfo) -> NDArray[Any]:
+    """The payload of ``info`` read into a new array by positioned reads."""
+    array = np.empty(info.shape, numpy_dtype(info.dtype))
+    if info.length:
+        pread_exact(reader.fileno(), array.reshape(-1).view(np.uint8).data, info.offset)
+    return array
+
+
+def _stores_none(opened: Reader | FileSet) -> bool:
+    """The file (of a set, its first member [SET-10]) stores no metadata: its
+    ``metadata_length`` is 0 [META-1]."""
+    if isinstance(opened, Reader):
+        return bool(opened.header["metadata_length"] == 0)
+    with opened.lease(0) as first:
+        return bool(first.header["metadata_length"] == 0)
+
+
 def _identity(array: NDArray[Any]) -> NDArray[Any]:
     return array
 
@@ -306,4 +416,13 @@ def _to_torch(device: Any) -> Callable[[NDArray[Any]], Any]:
     return lambda array: module.from_array(array, target)
 
 
-__all__ = ["FRAMEWORKS", "SafeSlice", "covered_run", "expand_index", "pread_exact", "safe_open"]
+__all__ = [
+    "BACKENDS",
+    "FRAMEWORKS",
+    "SafeSlice",
+    "covered_run",
+    "expand_index",
+    "is_basic",
+    "pread_exact",
+    "safe_open",
+]

@@ -24,14 +24,18 @@ What "the same meaning" is, checked in safetensors 0.8.0's own ``safetensors/tor
   ``_filter_shared_not_shared``: tensors of one storage that do not overlap are fine); a
   tensor on another device is moved to the CPU first (``_to_ndarray``); ``metadata`` is
   ``dict[str, str]`` (its Rust binding raises ``TypeError`` for anything else).  Here the
-  refusals are :class:`TorchSaveError` (a ``ValueError``; the metadata one also a
-  ``TypeError``) with a stable ``code``, the tensor's name and what was expected; safetensors
-  raises a ``RuntimeError`` for overlapping tensors, this module a ``TorchSaveError``.
-  ``metadata`` here is what :func:`reference.save` takes, a JSON object [META-1]: a
-  ``dict[str, str]`` as safetensors takes it, and nested objects, lists, numbers, booleans
-  and null too (:func:`~reference.format.metadata.encode_metadata` checks both).  A tensor on
-  PyTorch's ``meta`` device has no data: it is refused by name (safetensors fails inside
-  torch, ``NotImplementedError``).
+  refusals are :class:`TorchSaveError` (a :class:`reference.FormatError`, so a
+  ``ValueError``; the metadata one also a ``TypeError``) with a stable ``code``, the tensor's
+  name and what was expected.  Overlapping tensors and tensors on PyTorch's ``meta`` device
+  (no data) are :class:`TorchRefusedError`, also a ``RuntimeError``, as safetensors raises for
+  both (``torch.py:_evaluate_tensors_for_save``, with its hint to use ``save_model``; a
+  ``meta`` tensor fails inside torch, ``NotImplementedError``, a ``RuntimeError``: "Cannot
+  copy out of meta tensor").  ``metadata`` here is what :func:`reference.save` takes, a JSON
+  object [META-1]: a ``dict[str, str]`` as safetensors takes it, and nested objects, lists,
+  numbers, booleans and null too (:func:`~reference.format.metadata.encode_metadata` checks
+  both); ``None`` stores none (``safe_open(...).metadata()`` is ``None``, as there).
+  Tensors are stored in safetensors' order whatever the dict's
+  (:func:`reference.numpy.safetensors_order`), so the same tensors give the same bytes.
 
 * ``save(tensors, metadata=None) -> bytes`` and ``load(data) -> dict`` are ``save_file``
   and ``load_file`` through bytes (``torch.py:save`` and ``torch.py:load``): the same checks,
@@ -87,7 +91,8 @@ from reference.format.layers import PARTS
 from reference.format.metadata import encode_metadata
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
-from reference.numpy import BACKENDS, read_all, views_of
+from reference.ground.errors import FormatError, RefusedError
+from reference.numpy import BACKENDS, read_all, safetensors_order, views_of
 from reference.quant.dtypes import raw_bits
 from reference.sources.legacy import Checkpoint
 from reference.write.writer import Writer, dtype_name_of
@@ -116,14 +121,21 @@ _DTYPE_OF_TORCH = {torch_dtype: name for name, torch_dtype in TORCH_DTYPES.items
 _STAGE_BYTES = 256 << 20
 
 
-class TorchSaveError(ValueError):
-    """A tensor or metadata that :func:`save_file` refuses: a stable ``code``, the tensor's
-    ``name`` (None for the whole call), what was ``expected`` and what was ``found``."""
+class TorchSaveError(FormatError):
+    """A tensor or metadata that :func:`save_file` refuses: a stable ``code`` (this module's,
+    not the file format's registry), the tensor's ``name`` (None for the whole call), what was
+    ``expected`` and what was ``found``.  A :class:`reference.FormatError`, the class that
+    stands for safetensors' ``SafetensorError`` here, and so a ``ValueError``."""
 
     def __init__(self, code: str, name: str | None, expected: Any, found: Any) -> None:
-        self.code, self.name, self.expected, self.found = code, name, expected, found
-        where = f" {name!r}" if name is not None else ""
-        super().__init__(f"[{code}]{where}: expected {expected}, found {found}")
+        self.name = name
+        what = repr(name) if name is not None else "the tensors"
+        super().__init__(code, what, expected=expected, found=found)
+
+
+class TorchRefusedError(TorchSaveError, RefusedError):
+    """Tensors that share memory, or one on the ``meta`` device: also a ``RuntimeError``, as
+    safetensors raises for them (:class:`reference.ground.errors.RefusedError`)."""
 
 
 class TorchMetadataError(TorchSaveError, TypeError):
@@ -333,10 +345,11 @@ def save_file(
     metadata: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``tensors`` (a dict of dense, contiguous, non-overlapping tensors that hold
-    data: none on the ``meta`` device) to an AWQ-v2 file, in dict order, like
-    ``safetensors.torch.save_file``; ``metadata`` is what :func:`reference.save` takes, a
-    JSON object (safetensors' ``dict[str, str]`` is one), stored as the file's metadata
-    object [META-1]."""
+    data: none on the ``meta`` device) to an AWQ-v2 file, in safetensors' order
+    (:func:`reference.numpy.safetensors_order`), like ``safetensors.torch.save_file``;
+    ``metadata`` is what :func:`reference.save` takes, a JSON object (safetensors'
+    ``dict[str, str]`` is one), stored as the file's metadata object [META-1], or ``None``
+    for none."""
     _check_metadata(metadata)
     if not isinstance(tensors, dict):
         raise TorchSaveError("TORCH_NOT_A_DICT", None, "dict[str, torch.Tensor]", type(tensors))
@@ -344,8 +357,13 @@ def save_file(
         _check_tensor(name, tensor)
     _check_no_overlap(tensors)
     with Writer(filename, metadata=metadata) as writer:
-        for name, tensor in tensors.items():
+        for name, tensor in safetensors_order(tensors.items(), _dtype_name):
             writer.add(name, raw_array(tensor), dtype=_DTYPE_OF_TORCH[tensor.dtype])
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    """The registry dtype of a checked tensor."""
+    return _DTYPE_OF_TORCH[tensor.dtype]
 
 
 def save(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, Any] | None = None) -> bytes:
@@ -379,8 +397,9 @@ def _check_tensor(name: str, tensor: Any) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise TorchSaveError("TORCH_NOT_A_TENSOR", name, "torch.Tensor", type(tensor))
     if tensor.device.type == "meta":
-        found = "a tensor on the meta device: it has no data to save"
-        raise TorchSaveError("TORCH_META_DEVICE", name, "a tensor with data", found)
+        found = ("a tensor on the meta device: it has no data to save (torch: Cannot copy out "
+                 "of meta tensor; no data!)")  # fmt: skip
+        raise TorchRefusedError("TORCH_META_DEVICE", name, "a tensor with data", found)
     if tensor.layout != torch.strided:
         raise TorchSaveError("TORCH_SPARSE", name, "a dense (strided) tensor", tensor.layout)
     if tensor.dtype not in _DTYPE_OF_TORCH:
@@ -401,8 +420,10 @@ def _check_no_overlap(tensors: Mapping[str, torch.Tensor]) -> None:
     device, reach, owner = "", 0, ""
     for dev, start, end, name in spans:
         if dev == device and start < reach:
-            found = f"{owner!r} and {name!r} overlap"
-            raise TorchSaveError("TORCH_SHARED_MEMORY", name, "tensors that share no bytes", found)
+            found = (f"{owner!r} and {name!r} overlap; to save a model whose tensors share "
+                     "memory, use save_model (it saves each shared group once)")  # fmt: skip
+            expected = "tensors that share no bytes"
+            raise TorchRefusedError("TORCH_SHARED_MEMORY", name, expected, found)
         if dev != device or end > reach:
             device, reach, owner = dev, end, name
 
@@ -485,7 +506,9 @@ def shared_groups(state_dict: Mapping[str, torch.Tensor]) -> list[set[str]]:
     device and none without storage bytes, which are in no group), cut into runs whose byte
     spans overlap (``_filter_shared_not_shared``).  A run here reaches to the furthest end
     seen so far; safetensors' reaches to the last span's end, so that a short view inside a
-    longer tensor can end its run early."""
+    longer tensor can end its run early.  The groups come in safetensors' order: storage by
+    storage as each first appears in ``state_dict`` (its ``sorted`` of disjoint sets keeps
+    them so), by address within one."""
     storages: dict[tuple[str, int, int], list[tuple[int, int, str]]] = {}
     for name, tensor in state_dict.items():
         if tensor.device.type == "meta":
@@ -504,7 +527,7 @@ def shared_groups(state_dict: Mapping[str, torch.Tensor]) -> list[set[str]]:
                 groups.append(run)
             run.add(name)
             reach = max(reach, end)
-    return sorted(groups, key=min)
+    return groups
 
 
 def _span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -556,6 +579,7 @@ __all__ = [
     "TORCH_DTYPES",
     "TorchLinear",
     "TorchMetadataError",
+    "TorchRefusedError",
     "TorchSaveError",
     "bytes_of",
     "duplicate_names",

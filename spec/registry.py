@@ -424,6 +424,13 @@ ERROR_CODES: tuple[ErrorCode, ...] = (
         "a checkpoint with no quantised layer, given to a converter (quantise it first)",
     ),
     ErrorCode(
+        "CONFIG_NOT_WEIGHTS",
+        "LegacyError",
+        ("V1-1", "CT-1"),
+        "a model's configuration (a checkpoint's config.json) given where its weights were "
+        "expected: the model is the folder that holds both (reading tools)",
+    ),
+    ErrorCode(
         "TP_NO_RULE",
         "SplitError",
         ("SET-11",),

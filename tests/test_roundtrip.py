@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_METADATA, sample_tensors, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from samples import SAMPLE_METADATA, sample_tensors, write
 
 import reference
 from reference.dump import main as dump_main
@@ -107,7 +107,9 @@ def test_dump_json_reports_the_layout(sample_file, capsys):
 def test_dump_text_tensor_and_hexdump(sample_file, capsys):
     assert dump_main([str(sample_file), "--tensor", "model.norm.weight", "--hexdump"]) == 0
     out = capsys.readouterr().out
-    assert "0x10000" in out and "mean 1" in out and "|.AWQ" in out
+    # a one-line header, the tensor, the hex dumps: no report of the whole file (issue 39)
+    assert out.startswith("AWQ-v2 file ") and "\n  tensors " not in out
+    assert "mean 1" in out and "|.AWQ" in out
     assert dump_main([str(sample_file), "--tensor", "nope"]) == 2
     assert dump_main([str(sample_file.parent / "missing.awq2")]) == 3
 

@@ -82,7 +82,8 @@ def _same(got: Any, want: Any) -> None:
 def test_keys_tensors_and_metadata_are_reference_opens(model: tuple[Path, Path]) -> None:
     path, _ = model
     with reference.open(path) as f, reference.safe_open(path, "np") as s:
-        assert s.keys() == f.names()
+        assert s.keys() == sorted(f.names())  # safetensors' order (sorted)
+        assert s.offset_keys() == f.names()  # the payloads' order
         assert s.metadata() == f.metadata == METADATA  # any JSON object, not str -> str
         for name in f.names():
             _same(s.get_tensor(name), f.tensor(name))
@@ -108,7 +109,7 @@ def test_the_folder_and_the_metadata_of_a_file_without_any(tmp_path: Path) -> No
     folder.mkdir()
     reference.save(folder / "model.awq2", {"w": np.arange(6, dtype=np.int16).reshape(2, 3)})
     with reference.safe_open(folder, "np") as s:
-        assert s.keys() == ["w"] and s.metadata() == {}  # safetensors: None
+        assert s.keys() == ["w"] and s.metadata() is None  # none stored, as safetensors
         _same(s.get_slice("w")[1, ::-1], np.array([5, 4, 3], np.int16))
 
 
@@ -224,10 +225,57 @@ def test_every_call_after_close_is_refused(model: tuple[Path, Path]) -> None:
     sliced, view = s.get_slice("f16"), s.get_tensor("f16")
     with s:
         pass
-    for call in (s.keys, s.metadata, lambda: s.get_tensor("f16"), lambda: sliced[0]):
-        with pytest.raises(ValueError, match="closed"):
+    calls = (s.keys, s.offset_keys, s.metadata, s.get_tensors, lambda: s.get_tensor("f16"),
+             lambda: sliced[0])  # fmt: skip
+    for call in calls:
+        with pytest.raises(reference.RefusedError, match="closed") as caught:
             call()
+        # safetensors' SafetensorError is FormatError here; ValueError as before
+        assert isinstance(caught.value, reference.FormatError | ValueError | RuntimeError)
+        assert caught.value.code == "SAFE_OPEN_CLOSED"
     assert view.shape == (37, 23)  # what was handed out stays valid
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_backends_get_tensors_and_writable_arrays(model: tuple[Path, Path], backend: str) -> None:
+    """``backend`` as safetensors takes it; ``get_tensors`` in offset order; a NumPy tensor is
+    writable (``"mmap"``: a private, copy-on-write map, so the file never changes)."""
+    path = model[0]
+    before = path.read_bytes()
+    with reference.open(path) as f, reference.safe_open(path, "np", backend=backend) as s:
+        got = s.get_tensors()
+        assert list(got) == s.offset_keys() == f.names()
+        for name in f.names():
+            _same(got[name], f.tensor(name))
+            array = s.get_tensor(name)
+            assert array.flags.writeable, name
+            if array.size:
+                raw = array.reshape(-1).view(np.uint8)  # the same bytes, for any dtype
+                raw[0] ^= 0xFF
+                assert raw[0] != f.tensor(name).reshape(-1).view(np.uint8)[0]
+                _same(s.get_tensor(name), f.tensor(name))  # a new map: the file's bytes
+    assert path.read_bytes() == before
+    with pytest.raises(ValueError, match="backend 'mmapp'"):
+        reference.safe_open(path, "np", backend="mmapp")
+
+
+def test_metadata_is_none_only_when_none_was_written(tmp_path: Path) -> None:
+    """``metadata=None`` stores nothing (``metadata_length`` 0 [META-1]): ``None``, as
+    safetensors says of a file without ``__metadata__``; ``{}`` is stored, and read, as
+    ``{}``."""
+    import reference.numpy as rn
+
+    tensors = {"w": np.zeros(3, np.float32)}
+    for metadata, expected in ((None, None), ({}, {}), ({"format": "pt"}, {"format": "pt"})):
+        rn.save_file(tensors, tmp_path / "m.awq2", metadata)
+        with reference.safe_open(tmp_path / "m.awq2", "np") as s:
+            assert s.metadata() == expected and (expected is not None or s.metadata() is None)
+
+
+def test_an_empty_list_selects_no_rows(model: tuple[Path, Path]) -> None:
+    """``[]`` alone is no rows, as safetensors' NumPy path takes it (its only list)."""
+    with reference.open(model[0]) as f, reference.safe_open(model[0], "np") as s:
+        _same(s.get_slice("f16")[[]], f.tensor("f16")[[]])
 
 
 def test_framework_device_and_what_it_does_not_open(
@@ -351,7 +399,8 @@ def test_a_rank_set_needs_a_rank_and_reads_that_ranks_shards(tmp_path: Path) -> 
             reference.open(tmp_path / "ranks", rank=r) as f,
             reference.safe_open(tmp_path / "ranks", "np", rank=r) as s,
         ):
-            assert s.keys() == f.names() and s.metadata() == f.metadata
+            assert s.offset_keys() == f.names() and s.keys() == sorted(f.names())
+            assert s.metadata() == f.metadata
             for name, array in shard.items():
                 _same(s.get_tensor(name), array)
                 _same(s.get_slice(name)[1:, ...], array[1:, ...])
@@ -366,7 +415,7 @@ def test_a_split_set_reads_each_tensor_from_its_member(tmp_path: Path) -> None:
         reference.open(tmp_path / "split") as f,
         reference.safe_open(tmp_path / "split", "np") as s,
     ):
-        assert s.keys() == f.names() == list(tensors) and s.metadata() == f.metadata
+        assert s.offset_keys() == f.names() == list(tensors) and s.metadata() == f.metadata
         for name, array in tensors.items():
             _same(s.get_slice(name)[-3:, 7], array[-3:, 7])
 
@@ -398,7 +447,7 @@ def test_pt_gives_torch_tensors_of_the_same_bits(model: tuple[Path, Path]) -> No
 
     path, _ = model
     with reference.open(path) as f, reference.safe_open(path, "pt") as s:
-        assert s.keys() == f.names() and s.metadata() == f.metadata
+        assert s.keys() == sorted(f.names()) and s.metadata() == f.metadata
         for name in f.names():
             whole = f.tensor(name)
             got = s.get_tensor(name)
@@ -420,3 +469,50 @@ def test_pt_moves_to_the_device_and_checks_it_at_open(model: tuple[Path, Path]) 
     with pytest.raises(RuntimeError):
         reference.safe_open(model[0], "pt", device="no-such-device")
     assert isinstance(torch.empty(0), torch.Tensor)
+
+
+#: Index forms that safetensors' "pt" path hands to torch's own ``[]`` (lib.rs:1563-1628).
+def _torch_keys() -> list[Any]:
+    torch = _torch()
+    return [
+        [0, 2],
+        [],
+        np.array([3, 1]),
+        torch.tensor([2, 0, 2]),
+        (None, 0),
+        True,
+        (slice(None), [0, 5]),
+        torch.arange(37) % 3 == 0,  # a boolean mask
+        (..., None),
+        (1, torch.tensor(4)),
+    ]
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_pt_get_slice_takes_every_index_torch_takes(model: tuple[Path, Path], backend: str) -> None:
+    """With ``"pt"``, what safetensors' slice takes (lists, empty lists, arrays, int and bool
+    tensors, ``None``, booleans), each compared with safetensors' own answer over the same
+    array and with torch's ``[]`` of the whole tensor."""
+    torch = _torch()
+    path, theirs_path = model
+    with (
+        reference.safe_open(path, "pt", backend=backend) as s,
+        safetensors.safe_open(theirs_path, "pt") as theirs,
+    ):
+        whole = s.get_tensor("f16")
+        for key in _torch_keys():
+            got = s.get_slice("f16")[key]
+            assert torch.equal(got, whole[key]), key
+            assert torch.equal(got, theirs.get_slice("f16")[key]), key
+
+
+def test_pt_get_tensor_is_writable_and_the_file_unchanged(model: tuple[Path, Path]) -> None:
+    torch = _torch()
+    path = model[0]
+    before = path.read_bytes()
+    with reference.safe_open(path, "pt") as s:
+        got = s.get_tensors()
+        assert list(got) == s.offset_keys()
+        got["f16"] += 1
+        assert not torch.equal(got["f16"], s.get_tensor("f16"))
+    assert path.read_bytes() == before

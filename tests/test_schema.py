@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sample_tensors, write
 from construct import ChecksumError, ConstError, ConstructError
+from samples import sample_tensors, write
 
 import reference
 from spec import schema

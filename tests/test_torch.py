@@ -390,6 +390,31 @@ def every_dtype() -> dict[str, torch.Tensor]:
     return out
 
 
+def test_tensors_are_stored_in_safetensors_order_whatever_the_dicts(tmp_path: Path) -> None:
+    """safetensors sorts by dtype (widest first), then by name: its file's offset order and
+    this one's agree, and the bytes do not depend on the dict's order (issue 39)."""
+    tensors = every_dtype()
+    tensors |= {f"{name}.b": t.clone() for name, t in tensors.items()}  # two of each dtype
+    names = list(tensors)
+    outputs = set()
+    for seed in range(3):
+        order = [
+            names[i]
+            for i in torch.randperm(len(names), generator=torch.Generator().manual_seed(seed))
+        ]
+        shuffled = {name: tensors[name] for name in order}
+        outputs.add(rt.save(shuffled))
+        rt.save_file(shuffled, tmp_path / "x.awq2")
+        safetensors.torch.save_file(shuffled, tmp_path / "x.safetensors")
+        with (
+            reference.safe_open(tmp_path / "x.awq2", "pt") as ours,
+            safetensors.safe_open(tmp_path / "x.safetensors", "pt") as theirs,
+        ):
+            assert ours.offset_keys() == theirs.offset_keys()
+            assert ours.keys() == theirs.keys() == sorted(names)
+    assert len(outputs) == 1
+
+
 def test_save_file_round_trips_through_reference_open(tmp_path: Path) -> None:
     tensors = every_dtype()
     path = tmp_path / "all.awq2"
@@ -397,7 +422,7 @@ def test_save_file_round_trips_through_reference_open(tmp_path: Path) -> None:
     with reference.open(path, validate=True) as f:
         f.verify()
         assert f.metadata == {"format": "pt", "note": "ünïcode"}
-        assert f.names() == list(tensors)
+        assert sorted(f.names()) == sorted(tensors)  # in safetensors' order: the test below
         for name, t in tensors.items():
             assert f.entry(name).dtype == name
             assert_same(t, f.tensor(name), name, name)
@@ -673,13 +698,36 @@ def test_load_gives_tensors_of_their_own_in_both() -> None:
     ids=["non-contiguous", "shared", "overlapping", "sparse", "not-a-dict"],
 )
 def test_save_refuses_what_safetensors_save_refuses(tensors, code: str, theirs) -> None:
-    """The same refusals from save as from save_file; shared tensors are a RuntimeError in
-    safetensors and a TorchSaveError (a ValueError) here."""
+    """The same refusals from save as from save_file, of safetensors' classes: shared
+    tensors a RuntimeError there and here (``TorchRefusedError``), each a TorchSaveError and
+    a ``reference.FormatError``, as code written for ``SafetensorError`` catches it."""
     with pytest.raises(theirs):
         safetensors.torch.save(tensors)
-    with pytest.raises(rt.TorchSaveError) as caught:
+    with pytest.raises(theirs) as caught:
         rt.save(tensors)
+    assert isinstance(caught.value, rt.TorchSaveError)
+    assert isinstance(caught.value, reference.FormatError)
     assert caught.value.code == code
+
+
+def test_shared_and_meta_tensors_are_runtime_errors_with_a_hint(tmp_path: Path) -> None:
+    """safetensors raises RuntimeError for both (NotImplementedError from torch for ``meta``),
+    with "use save_model" for shared tensors; here a ``RefusedError``, also the project's
+    ``FormatError``, with a code and the same hint."""
+    base = torch.zeros(10)
+    cases = (
+        ({"a": base, "b": base[2:6]}, "TORCH_SHARED_MEMORY", "save_model"),
+        ({"w": torch.empty(2, 3, device="meta")}, "TORCH_META_DEVICE", "Cannot copy out of meta"),
+    )
+    for tensors, code, hint in cases:
+        with pytest.raises(RuntimeError) as theirs:
+            safetensors.torch.save_file(tensors, tmp_path / "x.safetensors")
+        with pytest.raises(RuntimeError) as caught:
+            rt.save_file(tensors, tmp_path / "x.awq2")
+        assert isinstance(caught.value, reference.RefusedError | rt.TorchRefusedError)
+        assert isinstance(caught.value, reference.FormatError) and caught.value.code == code
+        assert hint in str(caught.value) and hint in str(theirs.value)
+        assert not (tmp_path / "x.awq2").exists()
 
 
 def test_metadata_types_beside_safetensors(tmp_path: Path) -> None:

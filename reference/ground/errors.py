@@ -109,7 +109,8 @@ class UnsupportedError(FormatError):
 
 
 class LegacyError(FormatError):
-    """An AWQ v1 checkpoint that cannot be read or converted exactly."""
+    """An AWQ v1 or compressed-tensors checkpoint that cannot be read or converted exactly,
+    or a checkpoint's ``config.json`` given in place of the checkpoint (its folder)."""
 
 
 class SetError(FormatError):
@@ -121,6 +122,16 @@ class SplitError(FormatError):
     """Tensor parallelism: a model the rank-set writer cannot cut (SET-11, SET-12), or a rank
     set read without the rank its answer depends on, or whose members' metadata differ
     (SET-13, SET-14)."""
+
+
+class RefusedError(FormatError, RuntimeError):
+    """A call refused for what the caller did, not for a file's bytes: a closed
+    ``safe_open`` used, or tensors that share memory or hold no data handed to
+    ``reference.torch.save_file``.  A :class:`FormatError`, as code written for safetensors'
+    one error class catches it here, and a ``RuntimeError``, which is what safetensors
+    raises for shared and ``meta`` tensors.  Its codes belong to the API that raises it
+    (``SAFE_OPEN_CLOSED``, ``TORCH_SHARED_MEMORY``...), not to :data:`spec.registry.ERROR_CODES`,
+    which lists what a file can get wrong."""
 
 
 class TensorNotFoundError(KeyError):
