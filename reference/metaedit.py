@@ -52,68 +52,51 @@ error, 3 I/O error (an edit overtaken by another writer included), 130, 143 or 1
 interrupted by SIGINT, SIGTERM or SIGHUP (before the exchange: nothing changed, the partial
 removed).  With ``--json``
 every outcome is one JSON document on stdout, as ``awq2-convert`` prints it.
+
+This module parses the arguments, says what the edit is (:class:`Changes`) and prints what
+comes back; the work is :mod:`reference.write.reindex` (one file written again) and
+:mod:`reference.sets.edit` (a file or a set edited and published whole).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
-import hashlib
 import json
 import os
-import shlex
-import shutil
-import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference.format.metadata import encode_metadata, lexical_depth, parse_metadata
-from reference.format.reader import Reader
-from reference.ground.cli import JsonUsageParser
+from reference.format.metadata import encode_metadata, lexical_depth
+from reference.ground.cli import (
+    EXIT_INTERRUPTED,
+    EXIT_IO,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    JsonUsageParser,
+)
 from reference.ground.errors import FormatError, error
-from reference.ground.files import NotRegularFileError, fsync_dir, open_regular
+from reference.ground.files import NotRegularFileError, open_regular
 from reference.ground.text import escape
-from reference.sets.fileset import FileSet
+from reference.sets.edit import (
+    EditRefused,
+    Outcome,
+    check_not_member,
+    check_replaceable,
+    member_of,
+    rewrite_file,
+    rewrite_set,
+)
 from reference.sets.folder import MODEL_FILE
-from reference.sets.setmanifest import Manifest, parse_manifest
-from reference.write.publish import (
-    Interrupted,
-    Transaction,
-    Watched,
-    exit_status,
-    interruptible,
-    keep_owner,
-    named_error,
-    remove_stale,
-    signal_name,
-    watch,
-)
-from reference.write.rangecopy import Copied, copy_range
-from spec.algorithms import crc32c
-from spec.constants import (
-    MAX_METADATA_DEPTH,
-    MAX_METADATA_LENGTH,
-    SET_MANIFEST,
-    SET_RANK_KEY,
-    SLAB_OFFSET,
-)
-from spec.schema import TRAILER_SIZE, Header, HeaderFields, Trailer
-
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT (SIGTERM 143, SIGHUP 129: publish.exit_status)
+from reference.write.publish import Interrupted, exit_status, interruptible, signal_name
+from reference.write.reindex import Edited, check_edited, write_edited
+from spec.constants import MAX_METADATA_DEPTH, MAX_METADATA_LENGTH, SET_MANIFEST, SET_RANK_KEY
 
 #: Top-level keys the spec gives a meaning of its own: never set or deleted by hand.
 RESERVED_KEYS = (SET_RANK_KEY,)  # [SET-15]
-_HASH_CHUNK = 8 << 20
-#: A hard link refused by the file system (or by protected_hardlinks): the file is copied.
-_NO_LINK = (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK)
-
-
-class EditRefused(ValueError):
-    """An edit the command will not make: the message says why; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +120,10 @@ class Changes:
         edited.update(self.set)
         return edited
 
+    def encoded(self, metadata: Mapping[str, Any], where: str) -> bytes:
+        """The canonical bytes of ``metadata`` with the changes made (:func:`encode`)."""
+        return encode(self.apply(metadata, where), where)
+
 
 def encode(metadata: Mapping[str, Any], where: str) -> bytes:
     """The canonical bytes of ``metadata`` [WR-1], or :class:`EditRefused` for metadata a
@@ -148,329 +135,42 @@ def encode(metadata: Mapping[str, Any], where: str) -> bytes:
             from exc  # fmt: skip
 
 
-# ------------------------------------------------------------------ one file
-
-
-@dataclass
-class Edited:
-    """A file's new version, written and checked in its partial, not yet published."""
-
-    dest: Path
-    transaction: Transaction | None  # None: planned (--dry-run), never written
-    copied: Copied
-    size: int
-    header_crc: int
-    metadata_length: int
-    sha256: str | None = None
-
-    @property
-    def tmp(self) -> Path | None:
-        return None if self.transaction is None else self.transaction.tmp
-
-    def discard(self) -> None:
-        if self.transaction is not None:
-            self.transaction.abort()
-
-    def publish(self) -> None:
-        """The partial takes the destination's name, with the old file's mode, owner and
-        group, unless the destination changed since the run started [WR-2]."""
-        assert self.transaction is not None
-        self.transaction.commit()
-
-
-def _header(header: Mapping[str, Any], index: bytes, metadata: bytes) -> bytes:
-    """The header of the edited file: the old one with the new index's lengths and
-    checksums [HDR-4, IDX-4, META-4]."""
-    fields = {sub.name: header[sub.name] for sub in HeaderFields.subcons}
-    fields.update(index_length=len(index), metadata_length=len(metadata),
-                  file_size=header["index_offset"] + len(index) + TRAILER_SIZE,
-                  index_crc=crc32c(index), metadata_crc=crc32c(metadata))  # fmt: skip
-    return bytes(Header.build(dict(fields=dict(value=fields))))
-
-
-def _trailer(index_offset: int, index_length: int, header_crc: int) -> bytes:
-    fields = dict(index_offset=index_offset, index_length=index_length, header_crc=header_crc)
-    return bytes(Trailer.build(dict(fields=dict(value=fields))))
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
-def write_edited(reader: Reader, metadata: bytes, dest: Path, *,
-                 watched: Watched | None = None) -> Edited:  # fmt: skip
-    """Write the file ``reader`` reads with ``metadata`` instead of its own, in a partial of
-    ``dest``, flushed to storage: the slab copied by :func:`copy_range`, then the index
-    (every section as it was, the metadata last [IDX-2]), the trailer and the header.  It
-    is published (:meth:`Edited.publish`) with the mode, owner and group of the file read,
-    against ``watched`` (what the run started from)."""
-    h, geometry = reader.header, reader.index.geometry
-    index_offset = h["index_offset"]
-    index = bytes(reader.index.buf[index_offset : geometry.metadata.offset]) + metadata
-    header = _header(h, index, metadata)
-    header_crc = int.from_bytes(header[-4:], "little")
-    publishing = Transaction(dest, watched=watched, like=reader.path)  # named and locked [WR-3]
-    assert publishing.file is not None
-    try:
-        fd, src = publishing.file.fileno(), reader.fileno()
-        _pwrite_all(fd, header + bytes(SLAB_OFFSET - len(header)), 0)  # [PAD-1]
-        copied = copy_range(src, fd, SLAB_OFFSET, SLAB_OFFSET, index_offset - SLAB_OFFSET)
-        _pwrite_all(fd, index + _trailer(index_offset, len(index), header_crc), index_offset)
-        os.fsync(fd)
-    except OSError as exc:  # a full disk, a quota: said with the user's path
-        publishing.abort()
-        raise named_error(exc, reader.path, "cannot write the edited copy beside it") from exc
-    except BaseException:
-        publishing.abort()
-        raise
-    size = index_offset + len(index) + TRAILER_SIZE
-    return Edited(dest, publishing, copied, size, header_crc, len(metadata))
-
-
-def check_edited(edited: Edited, *, verify: bool, source: Path | None = None) -> None:
-    """Full validation of the partial and, with ``verify``, every payload checksum [RD-2,
-    ENT-10]; a failure names the file being edited, ``source`` (by default the destination):
-    its payloads are the ones copied."""
-    assert edited.tmp is not None
-    named = edited.dest if source is None else source
-    try:
-        with Reader(edited.tmp) as reader:
-            reader.validate()
-            if verify:
-                reader.verify()
-    except FormatError as exc:
-        exc.path = str(named)
-        exc.message = f"{named.name}: {exc.message} (found in its edited copy)"
-        raise
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _prepare(path: Path, changes: Changes, *, verify: bool, write: bool,
-             dest: Path | None = None, watched: Watched | None = None,
-             ) -> Edited | None:  # fmt: skip
-    """The edited version of one file, written (as ``dest``'s partial; ``path``'s by default)
-    and checked (None: nothing to change); ``watched``: what the run started from."""
-    with Reader(path) as reader:
-        reader.validate()  # the original first, so that its own errors name it [RD-2]
-        old = reader.metadata
-        raw = encode(changes.apply(old, path.name), path.name)
-        g = reader.index.geometry
-        if bytes(reader.index.buf[g.metadata.offset : g.metadata.offset + g.metadata.length]) \
-                == raw:  # fmt: skip
-            return None
-        if not write:
-            return Edited(path, None, Copied(), 0, 0, len(raw))
-        edited = write_edited(reader, raw, path if dest is None else dest, watched=watched)
-    try:
-        check_edited(edited, verify=verify, source=path)
-    except BaseException:
-        edited.discard()
-        raise
-    return edited
+# ------------------------------------------------------------------ the Python API
 
 
 def edit_file(path: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
               dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Edit one file's metadata and publish it whole; the summary ``--json`` prints.  A set's
-    member is refused (:class:`EditRefused`) before anything is written: see
-    :func:`check_not_member`."""
+    """Edit one file's metadata and publish it whole (:func:`reference.sets.edit.rewrite_file`);
+    the summary ``--json`` prints.  A set's member is refused (:class:`EditRefused`) before
+    anything is written: see :func:`reference.sets.edit.check_not_member`."""
     path = Path(path)
-    check_not_member(path)
-    remove_stale(path, _say)
-    watched = watch(path)  # what the run starts from: a concurrent edit is refused at the end
-    edited = _prepare(path, changes, verify=verify, write=not dry_run, watched=watched)
-    if edited is not None and not dry_run:
-        edited.publish()
-        _say_not_kept(path, edited.transaction)
-    return _summary("file", path, changes, [(path, edited)], dry_run=dry_run, verify=verify)
-
-
-def member_of(path: Path) -> Path | None:
-    """The manifest beside ``path`` that lists it among its files, or None [SET-2].  Read as
-    far as a set's manifest is (a regular file, at most ``max_metadata_length`` bytes, its
-    depth measured before parsing), of any version or kind; a manifest that is absent,
-    unreadable or not JSON lists nothing: no set opens with it."""
-    manifest = (path.parent if str(path.parent) else Path(".")) / SET_MANIFEST
-    try:
-        with open_regular(manifest) as f:
-            raw = f.read(MAX_METADATA_LENGTH + 1)
-        document = parse_metadata(raw, offset=0)
-    except (OSError, FormatError):
-        return None
-    files = document.get("files")
-    listed = files if isinstance(files, list) else []
-    names = {item.get("name") for item in listed if isinstance(item, dict)}
-    return manifest if path.name in names else None
-
-
-def check_not_member(path: Path) -> None:
-    """Refuse (:class:`EditRefused`) a set's member named as a file: its manifest records its
-    size, header checksum and SHA-256 [SET-2, SET-5], so the member edited alone would leave a
-    set that no longer opens.  The message gives the command that edits the whole set."""
-    manifest = member_of(path)
-    if manifest is not None:
-        raise EditRefused(f"{path} is a member of the file set {manifest}: edited alone it "
-                          "would no longer match the size and SHA-256 the manifest records, "
-                          "and the set would not open; edit the set (every member and the "
-                          f"manifest): awq2-meta {shlex.quote(str(manifest))} with the same "
-                          "options; nothing was written")  # fmt: skip
-
-
-# ------------------------------------------------------------------ a set
+    outcome = rewrite_file(path, changes.encoded, verify=verify, dry_run=dry_run, say=_say)
+    return _said(path, changes, outcome, dry_run=dry_run, verify=verify)
 
 
 def edit_set(folder: str | os.PathLike[str], changes: Changes, *, verify: bool = True,
              dry_run: bool = False) -> dict[str, Any]:  # fmt: skip
     """Edit every member of the set in ``folder`` and its manifest: the edited set is built
-    whole in a partial folder beside it, then the two folders are exchanged in one step (see
-    the module's docstring); the summary ``--json`` prints."""
+    whole in a partial folder beside it, then the two folders are exchanged in one step
+    (:func:`reference.sets.edit.rewrite_set`, and the module's docstring); the summary
+    ``--json`` prints."""
     folder = Path(folder)
-    real = folder.resolve()
-    if not dry_run:  # what a killed run left, whatever this run then finds to do
-        remove_stale(real, _say)
-    watched = watch(real, real / SET_MANIFEST)  # what the run starts from [SET-2]
-    with FileSet(folder, validate=True, max_open=1) as opened:  # [SET-8]
-        manifest = opened.manifest
-    planned = [(folder / m.name, _prepare(folder / m.name, changes, verify=False, write=False))
-               for m in manifest.members]  # fmt: skip
-    kind = manifest.kind
-    if all(edited is None for _, edited in planned):
-        return _summary(kind, folder, changes, planned, dry_run=dry_run, verify=verify)
-    check_replaceable(real, folder)
-    if dry_run:
-        return _summary(kind, folder, changes, planned, dry_run=True, verify=verify)
-    for name in (*(m.name for m in manifest.members), SET_MANIFEST):
-        remove_stale(folder / name, _say)
-    # the new set in a partial folder, exchanged with the old in one step [SET-8]
-    with Transaction(real, folder=True, watched=watched, say=_say) as publishing:
-        done = _build_set(folder, publishing.tmp, manifest, changes, verify=verify)
-    _say_not_kept(folder, publishing)
-    return _summary(kind, folder, changes, done, dry_run=False, verify=verify)
+    outcome = rewrite_set(folder, changes.encoded, verify=verify, dry_run=dry_run, say=_say)
+    return _said(folder, changes, outcome, dry_run=dry_run, verify=verify)
 
 
-def check_replaceable(real: Path, shown: Path) -> None:
-    """Refuse (:class:`EditRefused`), before anything is written, a set's folder that cannot be
-    rebuilt beside itself and exchanged: a mount point, a folder or parent this process may not
-    write, a sub-folder or anything but a file or a link inside it."""
-    parent = real.parent
-    if real == parent or os.path.ismount(real) or os.stat(real).st_dev != os.stat(parent).st_dev:
-        raise EditRefused(f"{shown} is a mount point: a set is edited by building the new one "
-                          "in a folder beside it and exchanging the two, which cannot cross "
-                          "file systems; nothing was written")  # fmt: skip
-    for where in (parent, real):
-        if not os.access(where, os.W_OK | os.X_OK):
-            raise EditRefused(f"{where} is not writable: a set is edited by building the new "
-                              f"one beside {shown} in {parent} and exchanging the two, then "
-                              "removing the old; nothing was written")  # fmt: skip
-    for entry in sorted(os.scandir(real), key=lambda e: e.name):
-        if entry.is_symlink() or entry.is_file(follow_symlinks=False):
-            continue
-        what = "the sub-folder" if entry.is_dir(follow_symlinks=False) else "the special file"
-        raise EditRefused(f"{shown} holds {what} {entry.name!r}: a set is edited by building "
-                          "a new folder with every entry of the old one and exchanging the two, "
-                          "and awq2-meta copies no sub-folder or special file; move it out of "
-                          "the set's folder (or edit a copy of the set) and run again; nothing "
-                          "was written")  # fmt: skip
-
-
-def _build_set(folder: Path, tmp: Path, manifest: Manifest, changes: Changes, *,
-               verify: bool) -> list[tuple[Path, Edited | None]]:  # fmt: skip
-    """Fill the partial folder ``tmp``: every edited member written, verified and hashed, the
-    new manifest, and every other entry of ``folder``; then validate it whole [SET-8]."""
-    done: list[tuple[Path, Edited | None]] = []
-    for member in manifest.members:
-        path = folder / member.name
-        edited = _prepare(path, changes, verify=verify, write=True, dest=tmp / member.name)
-        if edited is not None and edited.tmp is not None:
-            edited.sha256 = _sha256(edited.tmp)
-            edited.publish()  # inside the partial folder: nothing is visible yet
-        done.append((path, edited))
-    manifest_path = folder / SET_MANIFEST
-    text = _manifest_with(manifest_path, manifest, [edited for _, edited in done])
-    old = os.stat(manifest_path)
-    with open(tmp / SET_MANIFEST, "xb") as file:
-        os.fchmod(file.fileno(), stat.S_IMODE(old.st_mode))
-        file.write(text.encode("utf-8"))
-        file.flush()
-        os.fsync(file.fileno())
-    keep_owner(tmp / SET_MANIFEST, old)
-    written = {SET_MANIFEST, *(path.name for path, edited in done if edited is not None)}
-    _carry_over(folder, tmp, written)
-    os.chmod(tmp, stat.S_IMODE(os.stat(folder).st_mode))  # mkdtemp made it 0700
-    fsync_dir(tmp)
-    with FileSet(tmp, validate=True, max_open=1):  # the new set, whole, before it is shown
-        pass
-    return done
-
-
-def _carry_over(folder: Path, tmp: Path, written: set[str]) -> None:
-    """Every entry of ``folder`` not rewritten, into ``tmp``: a regular file hard-linked (copied
-    where the file system refuses a link), a symbolic link made again with the same target."""
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-        if entry.name in written:
-            continue
-        dest = tmp / entry.name
-        if entry.is_symlink():
-            os.symlink(os.readlink(entry.path), dest)
-        elif entry.is_file(follow_symlinks=False):
-            try:
-                os.link(entry.path, dest, follow_symlinks=False)
-            except OSError as exc:
-                if exc.errno not in _NO_LINK:
-                    raise
-                _copy_file(Path(entry.path), dest)
-        else:  # a sub-folder or special file that came after the check
-            raise EditRefused(f"{folder}: {entry.name!r} is neither a file nor a link (it came "
-                              "while the set was being edited); nothing changed")  # fmt: skip
-
-
-def _copy_file(src: Path, dest: Path) -> None:
-    shutil.copy2(src, dest, follow_symlinks=False)
-    with open(dest, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _manifest_with(manifest_path: Path, manifest: Manifest,
-                   edits: Sequence[Edited | None]) -> str:  # fmt: skip
-    """The manifest's text with each edited member's size, header_crc and sha256: the
-    document as read (members it does not know included [SET-2]), written as the set
-    writer writes it (two-space indent, a final newline)."""
-    with open_regular(manifest_path) as f:
-        raw = f.read(MAX_METADATA_LENGTH + 1)
-    if parse_manifest(raw, name=manifest_path.name) != manifest:
-        raise EditRefused(f"{manifest_path}: the manifest changed while the set was being "
-                          "edited; nothing was renamed")  # fmt: skip
-    document = json.loads(raw.decode("utf-8"))
-    for item, edited in zip(document["files"], edits, strict=True):
-        if edited is not None:
-            item.update(size=edited.size, header_crc=f"{edited.header_crc:08x}",
-                        sha256=edited.sha256)  # fmt: skip
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-
-
-# ------------------------------------------------------------------ helpers
+def _said(path: Path, changes: Changes, outcome: Outcome, *, dry_run: bool,
+          verify: bool) -> dict[str, Any]:  # fmt: skip
+    """The summary of ``outcome``, once what of the old owner and group the new version could
+    not keep (a user may give a file only a group it belongs to) is said on stderr."""
+    if outcome.not_kept:
+        _say(f"awq2-meta: {path}: could not keep the {' and '.join(outcome.not_kept)} of "
+             "the old version (this user may not give them); the mode was kept")  # fmt: skip
+    return _summary(outcome.kind, path, changes, outcome.done, dry_run=dry_run, verify=verify)
 
 
 def _say(text: str) -> None:
     print(escape(text), file=sys.stderr)
-
-
-def _say_not_kept(path: Path, publishing: Transaction | None) -> None:
-    """What of the old owner and group the new version could not keep (a user may give a
-    file only a group it belongs to)."""
-    if publishing is not None and publishing.not_kept:
-        _say(f"awq2-meta: {path}: could not keep the {' and '.join(publishing.not_kept)} of "
-             "the old version (this user may not give them); the mode was kept")  # fmt: skip
 
 
 def _summary(kind: str, path: Path, changes: Changes, done: Sequence[tuple[Path, Edited | None]],
@@ -741,6 +441,31 @@ def _entry_point() -> int:
     except BrokenPipeError:
         sys.stdout = None  # type: ignore[assignment]  # no flush error at exit
         return EXIT_OK
+
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_IO",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "RESERVED_KEYS",
+    "Changes",
+    "EditRefused",
+    "Edited",
+    "build_parser",
+    "changes_of",
+    "check_edited",
+    "check_not_member",
+    "check_replaceable",
+    "edit_file",
+    "edit_set",
+    "encode",
+    "main",
+    "member_of",
+    "target",
+    "write_edited",
+]
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ ROOMS = {
     "write": {"ground", "quant", "format"},
     "sources": {"ground", "quant", "format", "write"},
     "sets": {"ground", "quant", "format", "write"},
+    "conversion": {"ground", "quant", "format", "write", "sources", "sets"},
 }
 
 

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 import reference
-from reference import convert as convert_module
+from reference.conversion import steps as steps_module
 from reference.convert import convert, convert_folder
 from reference.convert import main as convert_main
 from reference.examples import LlamaShape, write_checkpoint
+from reference.ground import hashing
 from reference.sets import folder as folder_module
 from reference.sets.folder import servable_quantization_config
 
@@ -172,7 +173,7 @@ def test_a_failure_midway_leaves_no_folder(tmp_path, monkeypatch, where, jobs):
         return wrapper
 
     if where == "converting":
-        monkeypatch.setattr(convert_module, "encode_linear", failing(convert_module.encode_linear))
+        monkeypatch.setattr(steps_module, "encode_linear", failing(steps_module.encode_linear))
     else:
         monkeypatch.setattr(folder_module, "copy_file", failing(folder_module.copy_file))
     dst = tmp_path / "served"
@@ -267,12 +268,12 @@ def test_hashing_stops_when_asked(tmp_path):
     """A conversion that gives up stops its hashing thread at the next buffer."""
     path = tmp_path / "data.bin"
     path.write_bytes(bytes(range(256)) * 5000)
-    assert convert_module.sha256_of(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert hashing.sha256_of(path) == hashlib.sha256(path.read_bytes()).hexdigest()
     stop = threading.Event()
-    assert convert_module.sha256_of(path, stop=stop) == convert_module.sha256_of(path)
+    assert hashing.sha256_of(path, stop=stop) == hashing.sha256_of(path)
     stop.set()
-    with pytest.raises(convert_module._Stopped):
-        convert_module.sha256_of(path, stop=stop)
+    with pytest.raises(hashing.Stopped):
+        hashing.sha256_of(path, stop=stop)
 
 
 def test_a_failure_leaves_no_hashing_thread(tmp_path, monkeypatch):
@@ -283,7 +284,7 @@ def test_a_failure_leaves_no_hashing_thread(tmp_path, monkeypatch):
     def failing(*args, **kwargs):
         raise OSError(28, "No space left on device (injected)")
 
-    monkeypatch.setattr(convert_module, "encode_linear", failing)
+    monkeypatch.setattr(steps_module, "encode_linear", failing)
     with pytest.raises(OSError, match="injected"):
         convert(src, tmp_path / "out.awq2", jobs=3)
     assert not [t.name for t in threading.enumerate() if t.name.startswith("convert")]

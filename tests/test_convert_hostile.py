@@ -42,14 +42,15 @@ def test_a_killed_folder_conversion_is_cleaned_up_by_the_next_run(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys
         from reference import convert
-        real = convert._prepare_step
+        from reference.conversion import steps
+        real = steps.prepare_step
         calls = []
         def killed(src, step):
             calls.append(step)
             if len(calls) == 3:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real(src, step)
-        convert._prepare_step = killed
+        steps.prepare_step = killed
         sys.exit(convert.main([{str(AWQ)!r}, {str(dst)!r}, "--jobs", "1", "--quiet"]))
     """)
     killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=120)
@@ -127,18 +128,18 @@ def test_a_destination_filled_meanwhile_is_left_alone_and_named(tmp_path, monkey
     """Item 13: losing a race to another conversion printed a raw errno naming the hidden
     partial folder; now the message names DST and what happened, DST keeps the other
     process's files, and the partial folder is removed."""
-    from reference import convert as convert_module
+    from reference.conversion import steps
 
     dst = tmp_path / "served"
     dst.mkdir()
-    real = convert_module._prepare_step
+    real = steps.prepare_step
 
     def racing(src, step):
         if not (dst / "theirs.txt").exists():
             (dst / "theirs.txt").write_text("the other conversion")
         return real(src, step)
 
-    monkeypatch.setattr(convert_module, "_prepare_step", racing)
+    monkeypatch.setattr(steps, "prepare_step", racing)
     assert convert_main([str(AWQ), str(dst), "--quiet", "--jobs", "1"]) == 3
     err = capsys.readouterr().err
     assert f"{dst} was filled while this run was writing" in err and "partial" not in err
@@ -176,14 +177,15 @@ def test_a_source_cut_short_while_converting_is_refused_not_a_sigbus(tmp_path):
     script = textwrap.dedent(f"""
         import os, sys
         from reference import convert
-        real = convert._prepare_step
+        from reference.conversion import steps
+        real = steps.prepare_step
         calls = []
         def cut(src, step):
             calls.append(step)
             if len(calls) == 2:
                 os.truncate({str(src / "model.safetensors")!r}, 4096)
             return real(src, step)
-        convert._prepare_step = cut
+        steps.prepare_step = cut
         sys.exit(convert.main([{str(src)!r}, {str(dst)!r}, "--jobs", "1", "--quiet"]))
     """)
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,

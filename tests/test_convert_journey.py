@@ -25,6 +25,7 @@ from safetensors.numpy import save_file
 
 import reference
 from reference import convert as convert_module
+from reference.conversion import steps as steps_module
 from reference.convert import main as convert_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,7 +152,7 @@ def test_overwrite_keeps_the_old_folder_when_the_conversion_fails(tmp_path, monk
     def broken(src, step):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(convert_module, "_prepare_step", broken)
+    monkeypatch.setattr(steps_module, "prepare_step", broken)
     assert convert_main([str(AWQ), str(dst), "--quiet", "--overwrite"]) == 3
     assert _tree(dst) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
@@ -291,11 +292,12 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys
         from reference import convert
-        real = convert._prepare_step
+        from reference.conversion import steps
+        real = steps.prepare_step
         def interrupted(src, step):
             os.kill(os.getpid(), signal.SIGINT)
             return real(src, step)
-        convert._prepare_step = interrupted
+        steps.prepare_step = interrupted
         sys.argv = ["awq2-convert", {str(AWQ)!r}, {str(dst)!r}, "--jobs", "1"]
         sys.exit(convert._entry_point())
     """)

@@ -154,18 +154,18 @@ def test_a_verified_sets_digests_are_not_hashed_again(
     """Item 3's cost: a set whose provenance must be computed (it carries none) takes its
     members' SHA-256 from the manifest once verification has checked them: read once, not
     twice."""
-    from reference import convert as convert_module
+    from reference.ground import hashing
     from reference.sources import awq2
 
     src = _copy(models, "tp2", tmp_path)
     calls: list[Path] = []
-    real = convert_module.sha256_of
+    real = hashing.sha256_of
 
     def counted(path: Path, **kw: Any) -> str:
         calls.append(path)
         return real(path, **kw)
 
-    monkeypatch.setattr(convert_module, "sha256_of", counted)
+    monkeypatch.setattr(hashing, "sha256_of", counted)
     original = awq2.Awq2Checkpoint.__init__
 
     def without_provenance(self: Any, *args: Any, **kw: Any) -> None:

@@ -25,7 +25,7 @@ from reference.format.layers import StoredTensor
 from reference.format.reader import Reader
 from reference.sets.fileset import FileSet
 from reference.sets.setwriter import RankSetWriter, save_set
-from reference.write import publish, rangecopy
+from reference.write import publish, rangecopy, reindex
 from reference.write.partial import FOLDER_SUFFIX
 from reference.write.rangecopy import copy_range
 from reference.write.writer import save
@@ -167,7 +167,7 @@ def test_interrupted_leaves_the_file_and_no_partial(
     def interrupted(*args: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(metaedit, "copy_range", interrupted)
+    monkeypatch.setattr(reindex, "copy_range", interrupted)
     assert metaedit.main([str(path), *EDIT]) == metaedit.EXIT_INTERRUPTED
     assert _snapshot(tmp_path) == before
 
@@ -298,7 +298,7 @@ def test_a_failure_before_the_exchange_leaves_the_set_and_no_partial(
     def failing(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(metaedit, "check_edited", failing)
+    monkeypatch.setattr(reindex, "check_edited", failing)
     assert _run_json([str(tmp_path / "set"), *EDIT])["exit_status"] == metaedit.EXIT_IO
     assert _tree(tmp_path) == before
 

@@ -34,9 +34,10 @@ import reference
 from reference import metaedit
 from reference.convert import main as convert_main
 from reference.format.reader import Reader
+from reference.sets import edit as set_edit
 from reference.sets.fileset import FileSet
 from reference.sets.setwriter import save_set
-from reference.write import publish
+from reference.write import publish, reindex
 from reference.write.writer import save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,11 +79,11 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def _overtake(monkeypatch: pytest.MonkeyPatch, target: Path, args: list[str],
-              step: str = "check_edited") -> list[int]:  # fmt: skip
-    """When this process's edit reaches ``step`` (of :mod:`reference.metaedit`), another
-    process edits ``target`` with ``args`` to the end; its exit status is returned in the
-    list."""
-    real, statuses = getattr(metaedit, step), []
+              step: str = "check_edited", module: Any = reindex) -> list[int]:  # fmt: skip
+    """When this process's edit reaches ``step`` (of ``module``: :mod:`reference.write.reindex`
+    by default), another process edits ``target`` with ``args`` to the end; its exit status
+    is returned in the list."""
+    real, statuses = getattr(module, step), []
 
     def overtaken(*a: Any, **k: Any) -> None:
         if not statuses:
@@ -91,7 +92,7 @@ def _overtake(monkeypatch: pytest.MonkeyPatch, target: Path, args: list[str],
             statuses.append(done.returncode)
         real(*a, **k)
 
-    monkeypatch.setattr(metaedit, step, overtaken)
+    monkeypatch.setattr(module, step, overtaken)
     return statuses
 
 
@@ -115,7 +116,8 @@ def test_finding_5_an_edit_of_a_set_overtaken_by_another_is_refused(
     folder = tmp_path / "set"
     save_set(folder, _tensors(), max_size=80_000, metadata={"base": 1})
     # after the new manifest was written (the check that ran "too early" has passed)
-    statuses = _overtake(monkeypatch, folder, ["--set", "theirs=2"], step="_carry_over")
+    statuses = _overtake(monkeypatch, folder, ["--set", "theirs=2"], step="_carry_over",
+                         module=set_edit)  # fmt: skip
     assert metaedit.main([str(folder), "--set", "mine=1"]) == metaedit.EXIT_IO
     assert statuses == [0]
     assert "changed while this run was writing" in capsys.readouterr().err
@@ -183,11 +185,12 @@ def _signalled(tool: str, signum: int, tmp: Path) -> tuple[subprocess.CompletedP
         code = (
             "import os, sys\n"
             "from reference import convert\n"
-            "real = convert._prepare_step\n"
+            "from reference.conversion import steps\n"
+            "real = steps.prepare_step\n"
             "def step(*a, **k):\n"
             f"    os.kill(os.getpid(), {int(signum)})\n"
             "    return real(*a, **k)\n"
-            "convert._prepare_step = step\n"
+            "steps.prepare_step = step\n"
             f"sys.exit(convert.main([{str(AWQ)!r}, {str(dst)!r}, '--quiet', '--jobs', '1']))\n"
         )
         return _run(code), dst
@@ -199,11 +202,12 @@ def _signalled(tool: str, signum: int, tmp: Path) -> tuple[subprocess.CompletedP
     code = (
         "import os, sys\n"
         "from reference import metaedit\n"
-        "real = metaedit.check_edited\n"
+        "from reference.write import reindex\n"
+        "real = reindex.check_edited\n"
         "def check(*a, **k):\n"
         f"    os.kill(os.getpid(), {int(signum)})\n"
         "    return real(*a, **k)\n"
-        "metaedit.check_edited = check\n"
+        "reindex.check_edited = check\n"
         f"sys.exit(metaedit.main([{str(target)!r}, '--set', 'k=1']))\n"
     )
     return _run(code), target
@@ -331,7 +335,7 @@ def test_finding_16_a_full_disk_is_said_with_the_users_path(
     def full(*args: Any, **kwargs: Any) -> Any:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(metaedit, "copy_range", full)
+    monkeypatch.setattr(reindex, "copy_range", full)
     assert metaedit.main([str(path), "--set", "k=1"]) == metaedit.EXIT_IO
     err = capsys.readouterr().err
     assert str(path) in err and "disk is full" in err

@@ -1,5 +1,6 @@
-"""What the commands share: a parser whose usage errors, with ``--json``, are one JSON
-document on stdout like every other outcome (exit status 2, as argparse's)."""
+"""What the commands share: their exit statuses, and a parser whose usage errors, with
+``--json``, are one JSON document on stdout like every other outcome (exit status 2, as
+argparse's)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import json
 import sys
 from typing import Any, NoReturn
 
-EXIT_USAGE = 2
+#: The commands' exit statuses: done, refused (the input fails a check; nothing written),
+#: usage error, I/O error, interrupted by SIGINT (SIGTERM 143, SIGHUP 129:
+#: :func:`reference.write.publish.exit_status`).
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
 def emit_json(document: dict[str, Any]) -> None:
@@ -31,4 +36,12 @@ class JsonUsageParser(argparse.ArgumentParser):
         super().error(message)
 
 
-__all__ = ["EXIT_USAGE", "JsonUsageParser", "emit_json"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_IO",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "JsonUsageParser",
+    "emit_json",
+]

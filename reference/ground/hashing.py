@@ -1,16 +1,22 @@
-"""Vectorised FNV-1a 64 and bucket numbers over many names at once.
+"""Vectorised FNV-1a 64 and bucket numbers over many names at once, and a file's SHA-256.
 
 The scalar definitions are :func:`spec.algorithms.fnv1a_64` and
 :func:`spec.algorithms.bucket_of`; these give the same numbers for a whole
 name pool in O(total name bytes) time and O(number of names) memory, which the
 writer (hashing every name) and full validation (re-hashing every name) need.
+:func:`sha256_of` is the SHA-256 a converter's provenance and a set's manifest record.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
+
 import numpy as np
 from numpy.typing import NDArray
 
+from reference.ground.files import open_regular
 from spec.algorithms import FNV64_OFFSET_BASIS, FNV64_PRIME
 
 
@@ -46,3 +52,21 @@ def buckets_of(hashes: NDArray[np.uint64], bucket_bits: int) -> NDArray[np.uint6
     """Vectorised :func:`spec.algorithms.bucket_of`."""
     mask = np.uint64((1 << bucket_bits) - 1)
     return (hashes ^ (hashes >> np.uint64(32))) & mask
+
+
+class Stopped(Exception):
+    """The hashing was stopped: whoever asked for the digest gave up and will not read it."""
+
+
+def sha256_of(path: str | os.PathLike[str], *, stop: threading.Event | None = None) -> str:
+    """SHA-256 of a regular file, read through one 1 MiB buffer (no memory sized by the
+    file).  ``stop``, once set, ends the reading at the next buffer (raising
+    :class:`Stopped`)."""
+    digest, buffer = hashlib.sha256(), bytearray(1 << 20)
+    view = memoryview(buffer)
+    with open_regular(path) as f:
+        while got := f.readinto(buffer):  # type: ignore[attr-defined]  # a BufferedReader
+            if stop is not None and stop.is_set():
+                raise Stopped(os.fspath(path))
+            digest.update(view[:got])
+    return digest.hexdigest()

@@ -21,9 +21,10 @@ or a split set at ``T > 1`` it is cut by the reference reader (``linear(prefix, 
 tp_size=, parallel=)``, the spec's Tensor-parallel slicing) exactly as the vLLM module
 partitions itself (:func:`awq2_vllm.method.partition`: its ``tp_rank``, ``tp_size``, output
 sizes and key/value head replicas), whatever the architecture: no table of ours is
-consulted.  A whole layer, or a rank set's fused layer, is read with positioned reads
-straight into the parameter's bytes (``read_into``); a slice is copied once from the file's
-memory map into the parameter's columns.  On a GPU each part goes through one pinned host
+consulted.  A whole layer, or a rank set's fused layer, goes into the parameter in one copy
+(``read_into``: out of a private map of one file, or by positioned reads straight into the
+parameter's bytes from a set's member); a slice is copied once from the file's memory map
+into the parameter's columns.  On a GPU each part goes through one pinned host
 buffer and one copy to the device (not run here).
 
 Every other tensor (embeddings, norms, lm_head): from one file or a split set through the
@@ -175,8 +176,14 @@ class Source:
             return piece
         return shard(piece, tp_rank=part.rank, tp_size=part.count, parallel=part.parallel)
 
-    def read_into(self, info: TensorInfo, out: Any) -> None:
-        self.reader.read_into(info, out, **self._rank_kw())
+    def read_into(self, info: TensorInfo, param: torch.Tensor) -> None:
+        """A whole payload into a parameter of its dtype on the CPU: from one file, one copy
+        out of the private map (torch's own copy, on its threads); from a set, positioned
+        reads straight into the parameter's bytes."""
+        if self.weights.kind == "file":
+            param.copy_(self._mapped(info).view(param.shape))
+        else:
+            self.reader.read_into(info, bytes_of(param), **self._rank_kw())
         self.count(info)
 
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -303,7 +310,7 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: boo
             and TORCH_DTYPES[entry.dtype] == param.dtype
             and param.device.type == "cpu"
         ):
-            source.read_into(entry, bytes_of(param.data))  # positioned reads into the storage
+            source.read_into(entry, param.data)  # one copy into the storage
         else:
             _copy_into(param.data[:, cols[name]], arrays[name])
             source.count_once(entry, counted)
