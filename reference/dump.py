@@ -33,7 +33,6 @@ import argparse
 import itertools
 import json
 import os
-import shlex
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,18 +40,27 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-from numpy.typing import NDArray
 
+from reference.describe.documents import (
+    checkpoint_summary,
+    family,
+    is_checkpoint,
+    not_weights,
+    raw_header,
+    set_rows,
+    set_summary,
+    summary,
+    tensor_rows,
+)
+from reference.describe.one import UsageError, layer_doc, rank_kw, tensor_doc
 from reference.format.reader import Reader
-from reference.ground.errors import FormatError, TensorNotFoundError, error
+from reference.ground.errors import FormatError
 from reference.ground.files import open_regular
 from reference.ground.text import escape
 from reference.sets.fileset import FileSet, dangling_link, is_set_path
 from reference.sets.folder import MODEL_FILE
-from reference.sources.legacy import Checkpoint, open_checkpoint
-from reference.sources.v1 import is_safetensors
-from spec.constants import MAGIC, MAX_METADATA_LENGTH
-from spec.schema import HEADER_SIZE, TRAILER_SIZE, HeaderFields
+from reference.sources.legacy import open_checkpoint
+from spec.schema import HEADER_SIZE, TRAILER_SIZE
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_IO = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  #: Ctrl-C: 128 + SIGINT, as a shell reports it
@@ -70,32 +78,6 @@ def hexdump(data: bytes, start: int) -> list[str]:
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
         lines.append(f"{start + i:08x}  {hexes:<47}  |{text}|")
     return lines
-
-
-def summary(reader: Reader, *, verified: bool) -> dict[str, Any]:
-    """The ``--json`` document of a valid file (stable keys), but for its last key,
-    ``"tensors"``, which :func:`write_json` streams from :func:`tensor_rows`."""
-    h = reader.header
-    return {
-        "valid": True,
-        "verified": verified,
-        "path": str(reader.path),
-        "format_version": f"{h['version_major']}.{h['version_minor']}",
-        "file_size": reader.file_size,
-        "slab_offset": h["slab_offset"],
-        "alignment": h["alignment"],
-        "index_offset": h["index_offset"],
-        "index_length": h["index_length"],
-        "required_flags": h["required_flags"],
-        "optional_flags": h["optional_flags"],
-        "tensor_count": h["tensor_count"],
-        "metadata": reader.metadata,
-    }
-
-
-def tensor_rows(reader: Reader) -> Iterator[dict[str, Any]]:
-    """The ``"tensors"`` of the ``--json`` document, in slab order, one at a time."""
-    return (info.to_dict() for info in reader.iter_entries())
 
 
 def write_json(doc: dict[str, Any], tensors: Iterable[dict[str, Any]], out: TextIO) -> None:
@@ -180,11 +162,6 @@ def _config_lines(metadata: dict[str, Any], rows: Iterable[dict[str, Any]]) -> l
     return lines
 
 
-def _family(layout: str) -> str:
-    """The stored layout family of a quantised layer, from its ``.qweight`` layout."""
-    return "Marlin" if layout.startswith("MARLIN_") else "AWQ"
-
-
 def _group(group_size: int) -> str:
     return "channelwise" if group_size == -1 else f"group size {group_size}"
 
@@ -195,7 +172,7 @@ def _quantisation(rows: Iterable[dict[str, Any]]) -> str | None:
     counts: Counter[tuple[int, int, str]] = Counter()
     for t in rows:
         if t["layout"] in _QWEIGHTS and t["name"].endswith(".qweight"):
-            counts[(t["bits"], t["group_size"], _family(t["layout"]))] += 1
+            counts[(t["bits"], t["group_size"], family(t["layout"]))] += 1
     parts = [f"{bits}-bit, {_group(group)}, {family} ({n} layer{'' if n == 1 else 's'})"
              for (bits, group, family), n in sorted(counts.items())]  # fmt: skip
     return "; ".join(parts) or None
@@ -239,30 +216,6 @@ def _print_text(doc: dict[str, Any], reader: Reader, out: TextIO, *, whole: bool
         _print_table(reader, out)
 
 
-#: Registry dtypes that reach NumPy as ``ml_dtypes`` floats (NumPy kind ``V``).
-_ML_FLOATS = frozenset({"BF16", "F8_E4M3", "F8_E5M2"})
-
-
-def _stats(values: NDArray[np.float64]) -> dict[str, Any]:
-    """``min``, ``max``, ``mean``, ``std`` of the values that are not NaN (None when all
-    are), how many are NaN and how many there are, without NumPy's warnings about NaN or
-    infinities (an infinite mean or a NaN std stays a float)."""
-    nan = np.isnan(values)
-    rest = values[~nan] if nan.any() else values
-    found: dict[str, float | None] = {"min": None, "max": None, "mean": None, "std": None}
-    if rest.size:
-        with np.errstate(invalid="ignore", over="ignore"):  # infinities: mean inf, std nan
-            found = {"min": float(rest.min()), "max": float(rest.max()),
-                     "mean": float(rest.mean()), "std": float(rest.std())}  # fmt: skip
-    return {**found, "nan": int(nan.sum()), "elements": int(values.size)}
-
-
-def _statistics(values: NDArray[np.float64]) -> str:
-    """``min .. max .. mean .. std`` of the values that are not NaN, and how many are NaN
-    (any float tensor may hold some)."""
-    return _show_stats(_stats(values))
-
-
 def _show_stats(stats: dict[str, Any]) -> str:
     if stats["min"] is None:
         return f"all {stats['elements']} values NaN"
@@ -285,47 +238,6 @@ def _unreadable(path: str, exc: OSError) -> int:
 # ------------------------------------------------------------------ --tensor and --layer
 
 
-class _Usage(Exception):
-    """A usage error found while answering ``--tensor`` or ``--layer``: its message."""
-
-
-def _rank_kw(source: Any, args: argparse.Namespace, what: str) -> dict[str, int]:
-    """``{"rank": R}`` for a rank set (whose tensors are per-rank shards [SET-13]); ``{}``
-    for anything else, which holds the whole model (rank 0)."""
-    if not (isinstance(source, FileSet) and source.kind == "rank"):
-        if args.rank not in (None, 0):
-            raise _Usage(f"--rank {args.rank}: not a rank set (the whole model is rank 0)")
-        return {}
-    last = source.tp_size - 1
-    if args.rank is None:
-        raise _Usage(f"{what}: a rank set for tensor parallelism {source.tp_size} holds one "
-                     f"shard of it per rank: give --rank 0..{last} [TP_RANK_REQUIRED]")  # fmt: skip
-    if not 0 <= args.rank <= last:
-        raise _Usage(f"--rank {args.rank}: this rank set has ranks 0..{last}")
-    return {"rank": args.rank}
-
-
-def _is_layer(source: Any, name: str) -> bool:
-    return name in source.layers()
-
-
-def _tensor_doc(source: Any, name: str, kw: dict[str, int]) -> tuple[dict[str, Any], Any]:
-    """``--tensor``: the entry and statistics of ``name`` (a usage error when there is no
-    such tensor), and its array."""
-    try:
-        info = source.entry(name, **kw)
-    except TensorNotFoundError:
-        if _is_layer(source, name):
-            hint = f"{escape(name)} is a quantised layer; use --layer {escape(name)}"
-            raise _Usage(hint) from None
-        raise _Usage(f"no tensor named {escape(name)!r}") from None
-    array = source.view(info, **kw)
-    doc: dict[str, Any] = {"tensor": info.to_dict(), **kw, "statistics": None}
-    if array.size and (array.dtype.kind in "biuf" or info.dtype in _ML_FLOATS):
-        doc["statistics"] = _stats(array.astype(np.float64))
-    return doc, array
-
-
 def _print_tensor(doc: dict[str, Any], array: Any, out: TextIO) -> None:
     info = doc["tensor"]
     print(f"tensor {escape(info['name'])}: {json.dumps(info, ensure_ascii=True)}", file=out)
@@ -334,35 +246,6 @@ def _print_tensor(doc: dict[str, Any], array: Any, out: TextIO) -> None:
         print(f"  {_show_stats(stats)}  elements {stats['elements']}", file=out)
     with np.printoptions(threshold=64, edgeitems=4, linewidth=100):
         print(f"  values:\n{array!r}", file=out)
-
-
-def _layer_doc(source: Any, prefix: str, kw: dict[str, int]) -> dict[str, Any]:
-    """``--layer``: a quantised layer's facts, its stored tensors, and statistics of its
-    dequantised ``float32[k, n]`` weights (the reader's ``dequantize``)."""
-    if not _is_layer(source, prefix):
-        raise _Usage(_not_a_layer(source, prefix))
-    stored = [source.entry(f"{prefix}.{part}", **kw)
-              for part in ("qweight", "qzeros", "scales", "bias")
-              if f"{prefix}.{part}" in source]  # fmt: skip
-    q, scales = stored[0], next(e for e in stored if e.name.endswith(".scales"))
-    weights = source.dequantize(prefix, **kw)
-    return {"layer": {"prefix": prefix, **kw, "bits": q.bits, "group_size": q.group_size,
-                      "layout": _family(q.layout).upper(), "in_features": q.k,
-                      "out_features": q.n, "scale_dtype": scales.dtype,
-                      "tensors": [e.to_dict() for e in stored],
-                      "weights": {"dtype": "F32", "shape": list(weights.shape),
-                                  **_stats(weights.astype(np.float64))}}}  # fmt: skip
-
-
-def _not_a_layer(source: Any, name: str) -> str:
-    """Why ``--layer NAME`` names no quantised layer, and what to give instead."""
-    head, _, part = name.rpartition(".")
-    if part in ("qweight", "qzeros", "scales", "bias") and _is_layer(source, head):
-        return (f"{escape(name)} is a tensor of the quantised layer {escape(head)}; use "
-                f"--layer {escape(head)} (or --tensor {escape(name)})")  # fmt: skip
-    if name in source:
-        return f"{escape(name)} is a tensor, not a quantised layer; use --tensor {escape(name)}"
-    return f"no quantised layer named {escape(name)!r} (the table lists the .qweight of each)"
 
 
 def _print_layer(doc: dict[str, Any], out: TextIO) -> None:
@@ -387,12 +270,12 @@ def _print_layer(doc: dict[str, Any], out: TextIO) -> None:
 
 
 def _one(source: Any, args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
-    """``--tensor`` or ``--layer``: its document (and the tensor's array), or ``_Usage``."""
+    """``--tensor`` or ``--layer``: its document (and the tensor's array), or ``UsageError``."""
     name = args.tensor if args.tensor is not None else args.layer
-    kw = _rank_kw(source, args, escape(name))
+    kw = rank_kw(source, args.rank, escape(name))
     if args.tensor is not None:
-        return _tensor_doc(source, name, kw)
-    return _layer_doc(source, name, kw), None
+        return tensor_doc(source, name, kw)
+    return layer_doc(source, name, kw), None
 
 
 def _headline(doc: dict[str, Any]) -> str:
@@ -429,7 +312,7 @@ def _explain(args: argparse.Namespace, out: TextIO, source: Any, doc: dict[str, 
         return EXIT_OK
     try:
         one, array = _one(source, args)
-    except _Usage as exc:
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
@@ -462,43 +345,6 @@ def _hexdumps(path: str, size: int, out: TextIO) -> None:
     print("trailer:", file=out)
     for line in hexdump(tail, max(size - TRAILER_SIZE, 0)):
         print("  " + line, file=out)
-
-
-def _raw_header(path: str) -> dict[str, Any] | None:
-    """Header fields parsed without any check, to help explain an invalid file."""
-    with open_regular(path) as f:
-        data = f.read(HEADER_SIZE)
-    if len(data) < HeaderFields.sizeof():
-        return None
-    try:
-        parsed = HeaderFields.parse(data[: HeaderFields.sizeof()])
-    except Exception:  # magic mismatch: construct's Const raises; show nothing
-        return None
-    return {k: (v.hex() if isinstance(v, bytes) else v) for k, v in parsed.items() if k != "_io"}
-
-
-def checkpoint_summary(src: Checkpoint, *, verified: bool) -> dict[str, Any]:
-    """The ``--json`` document of a legacy checkpoint (stable keys), ``"tensors"`` last."""
-    return {
-        "valid": True,
-        "verified": verified,
-        "path": str(src.path),
-        "source_format": src.source_format,
-        "files": [{"name": f.name, "size": f.stat().st_size} for f in src.files],
-        "tensor_count": len(src),
-        "layers": src.layers(),
-        "metadata": src.metadata,
-    }
-
-
-def _is_checkpoint(path: str) -> bool:
-    """What ``reference.open`` reads as a legacy checkpoint: a folder, or a file that starts
-    like safetensors rather than with the AWQ-v2 magic."""
-    if os.path.isdir(path):
-        return True
-    with open_regular(path) as f:
-        head = f.read(len(MAGIC))
-    return head != MAGIC and is_safetensors(Path(path))
 
 
 def _dump_checkpoint(args: argparse.Namespace, out: TextIO) -> int:
@@ -564,44 +410,6 @@ def _legacy_row(t: dict[str, Any]) -> tuple[str, ...]:
     return _table_row(t)[1:]
 
 
-def set_summary(fs: FileSet, *, verified: bool) -> dict[str, Any]:
-    """The ``--json`` document of a valid file set (stable keys), ``"tensors"`` last: the set,
-    then each member as the manifest lists it with what it holds."""
-    files = []
-    for m, reader in zip(fs.manifest.members, fs.members, strict=True):
-        item: dict[str, Any] = {"name": m.name, "size": m.size}
-        if fs.kind == "rank":
-            item["rank"] = m.rank
-        item.update(header_crc=f"{m.header_crc:08x}", sha256=m.sha256,
-                    format_version="{}.{}".format(*reader.version), tensor_count=len(reader),
-                    layers=len(reader.layers()))  # fmt: skip
-        files.append(item)
-    return {
-        "valid": True,
-        "verified": verified,
-        "path": str(fs.manifest_path),
-        "kind": fs.kind,
-        "tp_size": fs.tp_size,
-        "files": files,
-        "total_size": sum(f["size"] for f in files),
-        "tensor_count": len(fs),
-        "layers": len(fs.layers()),
-        "metadata": fs.metadata,
-    }
-
-
-def set_rows(fs: FileSet) -> Iterator[dict[str, Any]]:
-    """The ``"tensors"`` of a set's ``--json`` document: every member's (of a rank set, every
-    rank's), member by member, each row with its ``file`` (and ``rank``) first."""
-    for rank in range(fs.tp_size):
-        for reader in fs.rank_members(rank):
-            for info in reader.iter_entries():
-                head: dict[str, Any] = {"file": reader.path.name}
-                if fs.kind == "rank":
-                    head["rank"] = rank
-                yield {**head, **info.to_dict()}
-
-
 def _dump_set(args: argparse.Namespace, out: TextIO) -> int:
     """Explain a file set: the manifest, each member, then every tensor with its file."""
     if args.hexdump:
@@ -616,42 +424,11 @@ def _dump_set(args: argparse.Namespace, out: TextIO) -> int:
             return _explain(args, out, fs, doc, lambda: set_rows(fs),
                             lambda: _print_set(doc, fs, out, whole=args.config))  # fmt: skip
     except FormatError as exc:
-        return _report_invalid(args, _configuration(args.file, exc), out)
+        return _report_invalid(args, not_weights(args.file, exc), out)
     except BrokenPipeError:
         raise
     except OSError as exc:
         return _unreadable(args.file, exc)
-
-
-#: Keys that every ``config.json`` of transformers holds one of (``model_type`` is written by
-#: ``PretrainedConfig.to_dict``, ``architectures`` by ``save_pretrained``); a set manifest has
-#: neither [SET-2].
-_CONFIG_KEYS = ("model_type", "architectures")
-
-
-def _configuration(path: str, exc: FormatError) -> FormatError:
-    """``CONFIG_NOT_WEIGHTS`` naming the folder to give instead, when the JSON file that the
-    set reader refused as a manifest (``SET_UNSUPPORTED``: no ``awq2_set``) is a model's
-    configuration; else ``exc`` itself.  Only what the set reader already refused is looked
-    at, so a manifest is never taken for a configuration."""
-    if exc.code != "SET_UNSUPPORTED" or not os.path.isfile(path):
-        return exc
-    try:
-        with open_regular(path) as f:
-            raw = f.read(MAX_METADATA_LENGTH + 1)
-        document = json.loads(raw) if len(raw) <= MAX_METADATA_LENGTH else None
-    except (OSError, ValueError):
-        return exc
-    if not isinstance(document, dict) or "awq2_set" in document:
-        return exc
-    found = [f"{key} {document[key]!r}" for key in _CONFIG_KEYS if key in document]
-    if not found:
-        return exc
-    folder = os.path.dirname(path) or "."
-    return error("CONFIG_NOT_WEIGHTS", f"{os.path.basename(path)} is a model's configuration, "
-                 f"not its weights: give the model's folder, awq2-dump {shlex.quote(folder)}",
-                 expected="weights: an .awq2 file, a model folder, a file set or a checkpoint",
-                 found=f"a model configuration ({', '.join(found)})", path=path)  # fmt: skip
 
 
 def _print_members(doc: dict[str, Any], out: TextIO) -> None:
@@ -756,7 +533,7 @@ def _dump(args: argparse.Namespace, out: TextIO) -> int:
             return _unreadable(weights, broken)
         args.file = weights  # a model folder: its weights file
     try:
-        checkpoint = _is_checkpoint(args.file)
+        checkpoint = is_checkpoint(args.file)
     except OSError as exc:
         return _unreadable(args.file, exc)
     if checkpoint:
@@ -793,7 +570,7 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
             "valid": False,
             "path": args.file,
             "error": {**exc.to_dict(), **({"file": exc.path} if exc.path else {})},
-            "header": _raw_header(args.file) if is_file else None,
+            "header": raw_header(args.file) if is_file else None,
         }
         json.dump(doc, out, indent=2, ensure_ascii=True, default=str)
         print(file=out)
@@ -810,7 +587,7 @@ def _report_invalid(args: argparse.Namespace, exc: FormatError, out: TextIO) -> 
         print(f"  found    {escape(str(exc.found))}", file=out)
     if exc.requirements:
         print(f"  see      {', '.join(exc.requirements)}", file=out)
-    raw = _raw_header(args.file) if is_file else None
+    raw = raw_header(args.file) if is_file else None
     if raw:
         print("  header fields as stored (unvalidated):", file=out)
         for key, value in raw.items():

@@ -133,6 +133,7 @@ ROOMS = {
     "sources": {"ground", "quant", "format", "write"},
     "sets": {"ground", "quant", "format", "write"},
     "conversion": {"ground", "quant", "format", "write", "sources", "sets"},
+    "describe": {"ground", "quant", "format", "write", "sources", "sets"},
 }
 
 

@@ -17,6 +17,7 @@ from reference.quant import codec
 from reference.quant.dtypes import raw_bits
 
 BITS = 4
+PACK = 8  # 4-bit fields per int32 word
 #: A 32-bit word of eight 4-bit zero points, every one 8 (the same under any nibble order).
 ALL_EIGHTS = -2004318072  # 0x88888888 as int32
 _TORCH = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}
@@ -32,11 +33,25 @@ def is_symmetric(qzeros: Any) -> bool:
 
 def packed_along(fields: np.ndarray, axis: int) -> torch.Tensor:
     """4-bit ``fields`` (2-D) packed eight to a word along ``axis``, value ``t`` of a run of
-    eight in bits ``4t``, as an ``int32`` tensor."""
+    eight in bits ``4t``, as an ``int32`` tensor.  Along the rows (``axis=0``, the CPU
+    kernel's ``qweight``: word ``(i, j)`` holds rows ``8i .. 8i + 7`` of column ``j``) the
+    eight rows of a run are shifted and merged whole, row block by row block, with no
+    transposed copy of the layer: the same words as ``codec.ct_pack`` of the transpose,
+    transposed back (``tests/cpu/test_generate.py`` compares the kernel's tensors with
+    vLLM's own path)."""
     if axis == 1:
         return torch.from_numpy(codec.ct_pack(np.ascontiguousarray(fields), BITS))
-    words = codec.ct_pack(np.ascontiguousarray(fields.T), BITS)
-    return torch.from_numpy(np.ascontiguousarray(words.T))
+    rows, cols = fields.shape
+    if rows % PACK or fields.dtype != np.uint8 or (fields.size and int(fields.max()) > 15):
+        words = codec.ct_pack(np.ascontiguousarray(fields.T), BITS)  # refuses what is not codes
+        return torch.from_numpy(np.ascontiguousarray(words.T))
+    runs = fields.reshape(rows // PACK, PACK, cols)
+    words = runs[:, 0, :].astype(np.uint32)
+    shifted = np.empty_like(words)
+    for t in range(1, PACK):
+        np.left_shift(runs[:, t, :], BITS * t, out=shifted, dtype=np.uint32)
+        np.bitwise_or(words, shifted, out=words)
+    return torch.from_numpy(words.view(np.int32))
 
 
 def plain_scales(scales: np.ndarray, k: int, group_size: int, dtype: str) -> torch.Tensor:
