@@ -53,6 +53,7 @@ that package's, re-exported here.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -316,7 +317,7 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
     except FormatError as exc:
         return report.refused(exc)
     except OSError as exc:
-        return report.error(EXIT_IO, escape(str(exc)))
+        return report.error(EXIT_IO, escape(_said(exc, args.dst)))
     for skipped in summary.get("not_copied", ()):  # said even with --quiet
         report.note(f"not copied: {skipped['name']} ({skipped['reason']})")
     if to_folder and not args.dry_run and not has_tokenizer(Path(args.src)):  # even --quiet
@@ -333,6 +334,18 @@ def _run(args: argparse.Namespace, tp_rules: list[tuple[str, str]], report: _Rep
             for step in summary["plan"]:
                 print(f"    {step['layout']:<6} {escape(step['name'])}")
     return EXIT_OK
+
+
+#: Errors of writing, not of reading: said with DST, never a partial's name or a bare errno.
+_WRITING = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def _said(exc: OSError, dst: Path | None) -> str:
+    """An I/O error in words: the publishing transaction's own text, a write that failed
+    (a full disk, a quota, a read-only file system) named by DST, else the system's text."""
+    if isinstance(exc, publish.PublishError) or dst is None or exc.errno not in _WRITING:
+        return str(exc)
+    return str(publish.named_error(exc, dst, "cannot write the new version beside it"))
 
 
 def _entry_point() -> int:

@@ -343,6 +343,28 @@ def test_finding_16_a_full_disk_is_said_with_the_users_path(
     assert path.read_bytes() == before and _hidden(tmp_path) == []
 
 
+@pytest.mark.parametrize("to_folder", [False, True], ids=["file", "folder"])
+def test_a_full_disk_during_a_conversion_is_said_with_the_users_path(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    to_folder: bool,
+) -> None:
+    """The same for awq2-convert: a write that fails (ENOSPC) names DST, exit 3, nothing left."""
+    from reference.conversion import steps
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(steps, "encode_linear", full)
+    dst = tmp_path / ("served" if to_folder else "model.awq2")
+    assert convert_main([str(AWQ), str(dst), "--quiet", "--jobs", "1"]) == 3
+    err = capsys.readouterr().err
+    assert str(dst) in err and "disk is full" in err
+    assert "partial" not in err and "Errno" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 # ------------------------------------------------------------------ the transaction itself
 
 
