@@ -187,3 +187,18 @@ def test_the_map_in_contributing_names_every_module() -> None:
     stale = [m for m in map_rows if m not in modules]
     assert not stale, f"CONTRIBUTING.md's map names modules that do not exist: {stale}"
     assert all(line.strip() for line in map_rows.values())
+
+
+def test_the_wheel_lists_every_package() -> None:
+    """pyproject.toml names the packages the wheel ships one by one: a room added under
+    ``reference/`` and not listed there imports from the checkout and fails once installed
+    (it did: ``reference.conversion``, in CI's wheel-installed vLLM environment)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    for top in ("spec", "reference", "conformance"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            package = ".".join(init.parent.relative_to(ROOT).parts)
+            assert package in listed, f"{package} is not in pyproject.toml's packages"
