@@ -167,14 +167,20 @@ class Source:
         if self.rank_set:
             layer = self.reader.linear(part.prefix, tp_rank=self.rank)
             return columns(layer, part.start, part.start + part.width) if part.width else layer
-        stored = self.checked if self.checked is not None else self.reader
         if not part.width:
-            return read_linear(stored, part.prefix, tp_rank=part.rank, tp_size=part.count,
-                               parallel=part.parallel)  # fmt: skip
-        piece = columns(read_linear(stored, part.prefix), part.start, part.start + part.width)
+            return self._linear(part.prefix, tp_rank=part.rank, tp_size=part.count,
+                                parallel=part.parallel)  # fmt: skip
+        piece = columns(self._linear(part.prefix), part.start, part.start + part.width)
         if part.parallel is None:
             return piece
         return shard(piece, tp_rank=part.rank, tp_size=part.count, parallel=part.parallel)
+
+    def _linear(self, prefix: str, **cut: Any) -> Any:
+        """One file's layer from its validated entries; anything else through its reader's own
+        ``linear`` (a checkpoint's repacks to Marlin as it reads [V1-1, CT-1])."""
+        if self.checked is not None:
+            return read_linear(self.checked, prefix, **cut)
+        return self.reader.linear(prefix, **cut)
 
     def read_into(self, info: TensorInfo, param: torch.Tensor) -> None:
         """A whole payload into a parameter of its dtype on the CPU: from one file, one copy
