@@ -144,7 +144,8 @@ def run(workdir: Path, shape_name: str, repeats: int) -> None:
           f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
     served = workdir / "awq2"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "reference.convert", str(v1), f"{served}/", "--quiet"],
+    subprocess.run([sys.executable, "-m", "reference.convert", str(v1), f"{served}/", "--quiet",
+                    "--overwrite"],
                    check=True)  # fmt: skip
     print(f"converted to {served}/model.awq2: {(served / 'model.awq2').stat().st_size:,} bytes "
           f"in {time.perf_counter() - t0:.1f} s (once, by the publisher)")  # fmt: skip

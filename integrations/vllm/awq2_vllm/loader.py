@@ -24,7 +24,10 @@ sizes and key/value head replicas), whatever the architecture: no table of ours 
 consulted.  A whole layer, or a rank set's fused layer, goes into the parameter in one copy
 (``read_into``: out of a private map of one file, or by positioned reads straight into the
 parameter's bytes from a set's member); a slice is copied once from the file's memory map
-into the parameter's columns.  On a GPU each part goes through one pinned host
+into the parameter's columns.  On vLLM's CPU build, whose processing replaces every
+quantised parameter (:mod:`awq2_vllm.cpu`), a whole layer of one file is not copied at all:
+the parameter's data becomes the tensor over the private map (``Source.lend``), read once
+when the layer is processed.  On a GPU each part goes through one pinned host
 buffer and one copy to the device (not run here).
 
 Every other tensor (embeddings, norms, lm_head): from one file or a split set through the
@@ -192,6 +195,19 @@ class Source:
             self.reader.read_into(info, bytes_of(param), **self._rank_kw())
         self.count(info)
 
+    def lend(self, info: TensorInfo, param: torch.nn.Parameter) -> bool:
+        """One file's payload *as* the parameter's data, no copy: the tensor over the private
+        map replaces the storage vLLM allocated (never touched, so never faulted in).  Only
+        for a layer the CPU build's processing replaces whole (:mod:`awq2_vllm.cpu` reads
+        these tensors once and registers new parameters), so the file's pages are mapped
+        from the load until that layer is processed, and a write would change this
+        process's copy of a page, never the file.  False (nothing done) from a set."""
+        if self.weights.kind != "file":
+            return False
+        param.data = self._mapped(info).view(param.shape)
+        self.count(info)
+        return True
+
     def tensors(self, infos: list[TensorInfo]) -> Iterator[tuple[str, torch.Tensor]]:
         if self.weights.kind == "file":
             arrays = (self._mapped(info) for info in infos)
@@ -273,7 +289,8 @@ def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None)
     if len({p.prefix for p in parts}) == 1 and all(p.parallel is None for p in parts):
         # one stored layer, as stored, fills the module: its bytes straight into the parameters
         whole = Part(parts[0].prefix, 0, sum(p.n for p in parts), 0, 1, None)
-        return _load_part(layer, source, whole, where, whole=True, counted=set())
+        lend = method.kernel_path == "cpu"  # the CPU build's processing replaces them
+        return _load_part(layer, source, whole, where, whole=True, counted=set(), lend=lend)
     used: list[str] = []
     counted: set[str] = set()
     for part in parts:
@@ -282,9 +299,10 @@ def load_layer(layer: torch.nn.Module, source: Source, where: str | None = None)
 
 
 def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: bool,
-               counted: set[str]) -> list[str]:  # fmt: skip
+               counted: set[str], lend: bool = False) -> list[str]:  # fmt: skip
     """Copy one piece of a stored layer into its columns of the module's parameters (a fused
-    layer's entries are counted once in the load report, however many pieces it gives)."""
+    layer's entries are counted once in the load report, however many pieces it gives); a
+    whole layer the CPU build will process is lent, not copied (:meth:`Source.lend`)."""
     stored = source.linear(part)
     if stored.layout != "MARLIN":
         raise PluginError("AWQ_LAYOUT", where, f"{part.prefix!r} in the MARLIN_* layouts",
@@ -316,7 +334,8 @@ def _load_part(layer: Any, source: Source, part: Part, where: str, *, whole: boo
             and TORCH_DTYPES[entry.dtype] == param.dtype
             and param.device.type == "cpu"
         ):
-            source.read_into(entry, param.data)  # one copy into the storage
+            if not (lend and source.lend(entry, param)):
+                source.read_into(entry, param.data)  # one copy into the storage
         else:
             _copy_into(param.data[:, cols[name]], arrays[name])
             source.count_once(entry, counted)

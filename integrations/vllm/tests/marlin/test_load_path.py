@@ -97,3 +97,47 @@ def test_verify_refuses_a_damaged_payload_only_when_asked(
     assert caught.value.code == "BAD_TENSOR_CHECKSUM"
     with Reader(damaged / "model.awq2") as reader:
         assert caught.value.offset == reader.entry(name).offset
+
+
+def test_a_whole_layer_for_the_cpu_build_is_lent_not_copied(served: Path) -> None:
+    """``Source.lend``: the parameter keeps its identity and takes the file's bytes as its
+    data, over the private map (two lends share the pages; a write never reaches the file)."""
+    from awq2_vllm.loader import open_source
+
+    file = served / "model.awq2"
+    before = _sha(file)
+    name = "model.layers.0.self_attn.o_proj.qweight"
+    with Reader(file) as reader:
+        stored = torch.from_numpy(reader.tensor(name).copy())
+    source = open_source(served, 0, 1)
+    try:
+        info = source.entry(name)
+        first = torch.nn.Parameter(torch.zeros_like(stored), requires_grad=False)
+        second = torch.nn.Parameter(torch.zeros_like(stored), requires_grad=False)
+        kept = first
+        assert source.lend(info, first) and source.lend(info, second)
+        assert first is kept and torch.equal(first.data, stored)
+        assert first.data_ptr() == second.data_ptr()  # the mapped pages, not a copy
+        assert source.bytes_read == 2 * info.length
+        first.data.fill_(0)
+    finally:
+        source.close()
+    assert torch.count_nonzero(second.data) == 0  # alive after close: the map outlives it
+    assert _sha(file) == before
+
+
+def test_a_set_lends_nothing(served: Path, tmp_path: Path) -> None:
+    from awq2_vllm.loader import open_source
+
+    split = tmp_path / "split"
+    subprocess.run([sys.executable, "-m", "reference.convert", str(served), f"{split}/",
+                    "--max-shard-size", "1MB", "--quiet"], check=True)  # fmt: skip
+    source = open_source(split, 0, 1)
+    try:
+        info = source.entry("model.layers.0.self_attn.o_proj.qweight")
+        param = torch.nn.Parameter(torch.zeros(info.shape, dtype=torch.int32),
+                                   requires_grad=False)  # fmt: skip
+        assert not source.lend(info, param)
+        assert torch.count_nonzero(param.data) == 0 and source.bytes_read == 0
+    finally:
+        source.close()
