@@ -385,6 +385,36 @@ def test_read_many_into_copies_on_threads_in_pieces(sample_file, threads, monkey
     assert (len(used) == 1) is (threads == 1)  # the caller's thread, or it and the pool's
 
 
+def test_read_many_into_copies_every_run_in_one_pass_with_even_shares(sample_file, monkeypatch):
+    """Runs cut short (one payload each) are still copied in one pass: each thread is handed
+    one share, once per call, and the shares differ by at most one piece; the zeros between
+    payloads are not copied."""
+    import reference.format.reader as reader_module
+    import reference.ground.parallel as parallel
+
+    monkeypatch.setattr(reader_module, "resident", lambda address, length: True)
+    monkeypatch.setattr(reader_module, "_RUN_BYTES", 1)  # every payload its own run
+    monkeypatch.setattr(parallel, "PIECE", 64)
+    shares: list[int] = []
+    real_copy = parallel._copy
+
+    def noting(source, pieces):
+        shares.append(sum(len(target) for target, _ in pieces))
+        return real_copy(source, pieces)
+
+    monkeypatch.setattr(parallel, "_copy", noting)
+    tensors = sample_tensors()
+    with reference.open(sample_file) as reader:
+        infos = [i for i in reader.entries() if i.length]
+        assert len(infos) > 2
+        got = reader.read_many_into([(i, np.empty(i.length, np.uint8)) for i in infos], threads=2)
+        for info, array in zip(infos, got):
+            np.testing.assert_array_equal(array, tensors[info.name])
+    assert len(shares) == 2  # one share per thread, not one per run
+    assert sum(shares) == sum(i.length for i in infos)  # payloads only, no padding
+    assert abs(shares[0] - shares[1]) <= 64
+
+
 def test_resident_tells_pages_in_memory():
     """mincore through ctypes, on anonymous memory (deterministic: a page is resident once
     written, not before): every page of the range must be, a range that starts or ends

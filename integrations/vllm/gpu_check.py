@@ -1,12 +1,14 @@
-"""GPU check: vLLM 0.33 (CUDA) serving AWQ-v2 against its own stock path, file to tokens.
+"""GPU check: vLLM 0.33 or 0.34 (CUDA) serving AWQ-v2 against its stock path, file to tokens.
 
     python integrations/vllm/gpu_check.py [--work DIR] [--skip-1b]
 
-Run from the repository root, in an environment with vLLM 0.33.0 (the CUDA build), this
-project and the plugin installed (``pip install -e . -e integrations/vllm``), on a machine with
-at least one CUDA GPU (two for the TP 2 cases).  It needs no network: the checkpoints are the
-committed real fixtures (``tests/fixtures/real``: AutoAWQ and llm-compressor, asymmetric and
-symmetric) and synthetic Llamas written by ``reference.examples``.
+Run from the repository root, in an environment with vLLM 0.33.0 or 0.34.0 (the CUDA build;
+0.34 from ``integrations/vllm/requirements-vllm-0.34.txt``, as ``ci.sh cuda-0.34`` installs
+it), this project and the plugin installed (``pip install -e . -e integrations/vllm``), on a
+machine with at least one CUDA GPU (two for the TP 2 cases).  It needs no network: the
+checkpoints are the committed real fixtures (``tests/fixtures/real``: AutoAWQ and
+llm-compressor, asymmetric and symmetric) and synthetic Llamas written by
+``reference.examples``.
 
 For every case it converts the checkpoint with ``convert`` (a single file, a size-split set, a
 ``--tp 2`` rank set) and runs, each in its own process (``tests/cpu/generate.py``, the runner
@@ -21,8 +23,8 @@ by side (the repack saving on a GPU).  Exit status 1 if any case's tokens differ
 NOT RUN: the machines this project has run on have no GPU; this script has never been
 executed.  On the CPU, ``tests/cpu`` prove the same comparisons through vLLM's CPU build (where
 the plugin feeds the CPU kernel), and ``tests/marlin`` prove the Marlin path's parameters equal
-vLLM 0.33's bit for bit at TP 1 and 2; the Marlin GEMM on them, the pinned copies and the GPU
-load times are what this script is for.
+vLLM 0.33's and 0.34's bit for bit at TP 1 and 2; the Marlin GEMM on them, the pinned
+copies and the GPU load times are what this script is for.
 """
 
 from __future__ import annotations

@@ -176,7 +176,8 @@ class Reader:
         * all of its pages in the page cache (:func:`reference.ground.residency.resident`): copied
           out of the memory map (a user-space copy; positioned reads were 2-4x slower here),
           in pieces spread over ``threads`` threads (:func:`reference.ground.parallel.copy_out`;
-          by default the cores this process may use; 1: the calling thread only);
+          by default the cores this process may use; 1: the calling thread only), every
+          such run of the call in one pass after the others are read;
         * otherwise: one ``preadv`` (the kernel reads ahead in large requests; a copy out
           of the map waited on page faults, 2x slower from a cold cache).
 
@@ -199,6 +200,7 @@ class Reader:
         else:
             scratch = memoryview(bytearray(ALIGNMENT))
             file_end = os.fstat(self._fd).st_size
+            in_memory: list[tuple[memoryview, int]] = []
             run: list[memoryview] = []
             run_start = run_end = 0
             for info, target in sorted(
@@ -207,7 +209,7 @@ class Reader:
                 gap = info.offset - run_end
                 if run and (gap < 0 or gap >= ALIGNMENT or run_end - run_start > _RUN_BYTES
                             or len(run) + 2 > _IOV_MAX):  # fmt: skip
-                    self._fetch(run, run_start, file_end, threads)
+                    self._fetch(run, run_start, file_end, in_memory, scratch.obj)
                     run = []
                 if not run:
                     run_start = run_end = info.offset
@@ -216,23 +218,32 @@ class Reader:
                 run.append(target)
                 run_end = info.offset + info.length
             if run:
-                self._fetch(run, run_start, file_end, threads)
+                self._fetch(run, run_start, file_end, in_memory, scratch.obj)
+            if in_memory:
+                with memoryview(self._data) as mapped:
+                    copy_out(mapped, in_memory, threads)
         return [
             np.frombuffer(target, numpy_dtype(info.dtype)).reshape(info.shape)
             for info, target in jobs
         ]
 
-    def _fetch(self, views: list[memoryview], offset: int, file_end: int, threads: int) -> None:
-        """Fill every view from ``offset`` on: from the map when every byte is in memory and
-        before ``file_end`` (the file's size now), else by positioned reads."""
+    def _fetch(self, views: list[memoryview], offset: int, file_end: int,
+               in_memory: list[tuple[memoryview, int]], padding: object) -> None:  # fmt: skip
+        """Fill a run's views from ``offset`` on by positioned reads now, or, when every byte
+        is in memory and before ``file_end`` (the file's size now), add them to ``in_memory``
+        (the runs copied out of the map together, on every core, once all are sorted; the
+        views of ``padding``, the scratch block the zeros between payloads are read into,
+        are left out)."""
         end = offset + sum(len(v) for v in views)
         buf = self._index.buf
         in_map = end <= min(file_end, len(buf))
         if not (in_map and resident(buf.ctypes.data + offset, end - offset)):
             self._preadv_exact(views, offset)
             return
-        with memoryview(self._data) as mapped:
-            copy_out(mapped, views, offset, threads)
+        for view in views:
+            if view.obj is not padding:  # the zeros between payloads are not copied
+                in_memory.append((view, offset))
+            offset += len(view)
 
     def _pread_into(self, view: memoryview, offset: int) -> None:
         """Fill ``view`` from ``offset`` by positioned reads (not through the map)."""

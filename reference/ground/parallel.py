@@ -4,8 +4,8 @@
 cache out of the memory map (:mod:`reference.ground.residency`).  One thread copies at what one
 core's share of memory bandwidth allows; NumPy's copy releases the GIL, so on two cores two
 threads copied the 1B benchmark's 778 MB in 0.78x the time of one (``bench/bench_load.py``,
-``docs/benchmarks.md``).  :func:`copy_out` cuts a run into pieces of :data:`PIECE` bytes
-and spreads them over the calling thread and a shared pool of worker threads, started on
+``docs/benchmarks.md``).  :func:`copy_out` cuts the runs of a read into pieces of :data:`PIECE`
+bytes and spreads them over the calling thread and a shared pool of worker threads, started on
 first use and kept for the life of the process (daemon threads, as
 :mod:`concurrent.futures` makes them).
 """
@@ -45,17 +45,25 @@ def _workers() -> ThreadPoolExecutor:
         return _pool
 
 
-def copy_out(source: memoryview, views: list[memoryview], offset: int, threads: int) -> None:
-    """Fill ``views``, one after another, from ``source[offset:]``, on up to ``threads``
-    threads (the caller's included); pieces of at most :data:`PIECE` bytes."""
-    pieces = []
-    for view in views:
-        for start in range(0, len(view), PIECE):
-            pieces.append((view[start : start + PIECE], offset + start))
-        offset += len(view)
+def copy_out(source: memoryview, placements: list[tuple[memoryview, int]], threads: int) -> None:
+    """Fill each ``(view, at)`` of ``placements`` from ``source[at:]``, on up to ``threads``
+    threads (the caller's included), in pieces of at most :data:`PIECE` bytes.  Every run of
+    a read goes in one call: the threads meet once, not once per run, and each takes a
+    contiguous share of about the same number of bytes (front to back: the caller the
+    first)."""
+    pieces = [
+        (view[start : start + PIECE], at + start)
+        for view, at in placements
+        for start in range(0, len(view), PIECE)
+    ]
+    total = sum(len(target) for target, _ in pieces)
     threads = max(1, min(threads, len(pieces)))
-    shares = [pieces[i::threads] for i in range(threads)]
-    pending = [_workers().submit(_copy, source, share) for share in shares[1:]]
+    shares: list[list[tuple[memoryview, int]]] = [[] for _ in range(threads)]
+    done = 0
+    for piece in pieces:
+        shares[min(threads - 1, done * threads // total) if total else 0].append(piece)
+        done += len(piece[0])
+    pending = [_workers().submit(_copy, source, share) for share in shares[1:] if share]
     _copy(source, shares[0])
     for future in pending:
         future.result()
