@@ -9,8 +9,6 @@ The format itself is defined by the ``spec`` package and the published spec;
 this package cites requirement ids (``[HDR-4]``) instead of restating rules.
 """
 
-from importlib import metadata as _metadata
-
 from reference.format.reader import Reader
 from reference.format.rules import TensorInfo
 from reference.ground.errors import (
@@ -31,15 +29,13 @@ from reference.ground.errors import (
     TruncatedError,
     VersionError,
 )
+from reference.ground.version import VERSION
 from reference.opener import open  # noqa: A004  (reference.open, like io.open)
 from reference.safeopen import safe_open
 from reference.sets.fileset import FileSet
 from reference.write.writer import Writer, WriterStateError, save
 
-try:
-    __version__ = _metadata.version("awq-v2")  # one source: pyproject.toml
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = VERSION  # one source: pyproject.toml
 
 __all__ = [
     "ChecksumError",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from reference.format.reader import Reader
 from reference.ground.files import open_regular
-from reference.sets.fileset import FileSet, dangling_link, is_set_path
-from reference.sets.folder import MODEL_FILE
+from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.model import is_model_folder, open_model
 from reference.sources.checkpoint import is_safetensors
 from reference.sources.legacy import Checkpoint, open_checkpoint
 from spec.constants import MAGIC
@@ -52,26 +52,25 @@ def open(  # noqa: A001
     """
     p = Path(path)
     if is_set_path(p):
-        opened = FileSet(p, validate=validate, copy=copy, rank=rank)
-        if opened.kind != "rank":
+        opened = open_model(p, validate=validate, copy=copy, rank=rank)
+        if not (isinstance(opened, FileSet) and opened.kind == "rank"):
             _whole_model(opened, rank, path)
         return opened
     _whole_model(None, rank, path)
     if p.is_dir():
-        if os.path.lexists(p / MODEL_FILE):  # even a link to nothing: refused as unreadable
-            broken = dangling_link(p / MODEL_FILE)
-            if broken is not None:
-                raise broken
-            return Reader(p / MODEL_FILE, validate=validate, copy=copy)
+        if is_model_folder(p):  # even a link to nothing: refused as unreadable
+            return open_model(p, validate=validate, copy=copy)
         return open_checkpoint(p)
     with open_regular(p) as f:
         head = f.read(len(MAGIC))
     if head != MAGIC and is_safetensors(p):
         return open_checkpoint(p)
-    return Reader(p, validate=validate, copy=copy)
+    return open_model(p, validate=validate, copy=copy)
 
 
-def _whole_model(opened: FileSet | None, rank: int | None, path: str | os.PathLike[str]) -> None:
+def _whole_model(
+    opened: Reader | FileSet | None, rank: int | None, path: str | os.PathLike[str]
+) -> None:
     """``rank`` 0 or none: what a single file, a split set or a checkpoint allows."""
     if rank in (None, 0):
         return

@@ -7,12 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata as _metadata
 from typing import Any
 
 from reference.format.layers import PARTS
 from reference.ground import hashing
 from reference.ground.errors import error
+from reference.ground.version import VERSION
 from reference.sources.awq2 import Awq2Checkpoint
 from reference.sources.legacy import Checkpoint as LegacyCheckpoint
 from reference.write.writer import encode_metadata
@@ -26,10 +26,8 @@ from spec.schema import HEADER_SIZE, TRAILER_SIZE
 #: What the converter reads: a checkpoint, or an AWQ-v2 model to reshard.
 Checkpoint = LegacyCheckpoint | Awq2Checkpoint
 
-try:  # the provenance names the converter and its version: pyproject.toml's, as reference's
-    CONVERTER = f"reference.convert {_metadata.version('awq-v2')}"
-except _metadata.PackageNotFoundError:  # a source tree that was never installed
-    CONVERTER = "reference.convert 0+unknown"
+#: The provenance names the converter and its version (``reference.__version__``).
+CONVERTER = f"reference.convert {VERSION}"
 
 
 @dataclass

@@ -17,10 +17,11 @@ from typing import Any
 from reference.conversion import steps
 from reference.conversion.plan import Checkpoint, Plan, make_plan, plan_metadata
 from reference.conversion.progress import Bars
-from reference.conversion.source import in_folder_order, open_model, open_source
+from reference.conversion.source import in_folder_order, open_source
 from reference.ground import hashing
 from reference.ground.parallel import available_cores
 from reference.sets import folder
+from reference.sets.model import open_model
 from reference.sets.setwriter import RankSetWriter, SetWriter
 from reference.sources.awq2 import Awq2Checkpoint
 from reference.write.publish import Watched

@@ -13,8 +13,8 @@ from reference.conversion.plan import Checkpoint
 from reference.format.reader import Reader
 from reference.ground.errors import FormatError, error
 from reference.ground.files import open_regular
-from reference.sets import folder
-from reference.sets.fileset import FileSet, dangling_link, is_set_path
+from reference.sets.fileset import FileSet, is_set_path
+from reference.sets.model import is_model_folder, open_model
 from reference.sets.tpsplit import RankJoin, SplitPlan, recorded_plan
 from reference.sources.awq2 import Awq2Checkpoint, RankModel, WholeModel
 from reference.sources.checkpoint import read_json
@@ -65,20 +65,6 @@ def open_source(path: str | os.PathLike[str], *, check: SourceCheck = "validate"
     except BaseException:
         opened.close()
         raise
-
-
-def open_model(path: Path, *, rank: int | None = None) -> Reader | FileSet:
-    """An AWQ-v2 model (:func:`is_awq2`) opened as ``reference.open`` opens it: a set (one
-    rank's members with ``rank``), a model folder's ``model.awq2`` (a link to nothing is
-    refused, naming it), or a file."""
-    if is_set_path(path):
-        return FileSet(path, rank=rank)
-    if path.is_dir():
-        path = path / folder.MODEL_FILE
-        broken = dangling_link(path)
-        if broken is not None:
-            raise broken
-    return Reader(path)
 
 
 def _check_source(opened: Reader | FileSet, check: SourceCheck) -> None:
@@ -137,7 +123,7 @@ def has_layers(path: Path) -> bool:
 
 def is_awq2(path: Path) -> bool:
     """A set, a model folder holding ``model.awq2``, or a file that starts with the magic."""
-    if is_set_path(path) or (path.is_dir() and os.path.lexists(path / folder.MODEL_FILE)):
+    if is_set_path(path) or is_model_folder(path):
         return True
     if not path.is_file():
         return False

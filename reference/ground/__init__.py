@@ -4,7 +4,8 @@
 expected), ``files`` (opening regular files only; a folder's rename made durable), ``cli``
 (the commands' parser: JSON usage errors with ``--json``), ``text`` (escaping names for messages),
 ``scratch`` (bounded scratch buffers), ``hashing`` (FNV-1a over many names), ``parallel``
-(copying runs on every core), ``residency`` (which pages are in the page cache).
+(copying runs on every core), ``residency`` (which pages are in the page cache), ``version``
+(the package's version, as installed).
 
 May import: ``spec`` only; nothing else of ``reference``.
 """
