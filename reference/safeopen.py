@@ -75,10 +75,13 @@ memory.
 Threads may share one ``safe_open``, of a set too: a member being read is never closed to
 make room for another (``FileSet.lease``).
 
-``"pt"`` results are new tensors (:func:`reference.torch.from_array`, which copies the bits
-once, into pinned memory for a CUDA device, then ``.to(device)``): that module, and torch
-with it, is imported by the first ``safe_open(..., "pt")``, so that ``import reference`` never
-pays for torch.
+``"pt"`` results on the CPU are tensors over the NumPy result's memory, no copy
+(:func:`reference.torch.as_tensor`): with ``"mmap"``, ``get_tensor`` is a tensor over the
+private, copy-on-write map of its pages, as safetensors' is a view of its copy-on-write
+storage; on another device they are new tensors (:func:`reference.torch.from_array`, which
+copies the bits once, into pinned memory for a CUDA device, then ``.to(device)``).  That
+module, and torch with it, is imported by the first ``safe_open(..., "pt")``, so that
+``import reference`` never pays for torch.
 """
 
 from __future__ import annotations
@@ -193,8 +196,9 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         return None
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor: with ``"np"``, a writable, copy-on-write map of its pages
-        (``backend="mmap"``) or a new array (``"pread"``); with ``"pt"``, a new tensor."""
+        """The whole tensor: a writable, copy-on-write map of its pages (``backend="mmap"``)
+        or a new array (``"pread"``), as a NumPy array or, with ``"pt"``, a CPU tensor over
+        the same memory (a new tensor on another device)."""
         opened = self._checked()
         if isinstance(opened, Reader):
             return self._convert(self._read(opened, opened.entry(name)))
@@ -408,11 +412,14 @@ def _identity(array: NDArray[Any]) -> NDArray[Any]:
 
 
 def _to_torch(device: Any) -> Callable[[NDArray[Any]], Any]:
-    """A NumPy array to a new torch tensor on ``device`` (checked now, as safetensors checks
-    it at open).  :mod:`reference.torch` imports torch at its top, and ``import reference``
-    must not, so it is imported here, on first use, by name."""
+    """A NumPy array to a torch tensor on ``device`` (checked now, as safetensors checks it
+    at open): on the CPU over the array's own memory (the private map, or the array just
+    read), elsewhere a copy.  :mod:`reference.torch` imports torch at its top, and
+    ``import reference`` must not, so it is imported here, on first use, by name."""
     module: ModuleType = importlib.import_module("reference.torch")
     target = module.torch.device(device)
+    if target.type == "cpu":
+        return module.as_tensor  # type: ignore[no-any-return]
     return lambda array: module.from_array(array, target)
 
 

@@ -325,6 +325,16 @@ def load_linear(
                        layer.scale_dtype, layer.tp_rank, layer.tp_size)  # fmt: skip
 
 
+def as_tensor(array: NDArray[Any]) -> torch.Tensor:
+    """A NumPy array (``ml_dtypes`` ones too) as a CPU tensor of the registry's torch dtype
+    over the same memory, no copy (its bytes viewed, as :func:`bytes_of` views a tensor's):
+    the tensor keeps the array, and the map under it, alive; a write into a writable array's
+    tensor is a write into the array.  A non-contiguous array is copied once first."""
+    dtype = TORCH_DTYPES[dtype_name_of(array)]
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return torch.from_numpy(flat).view(dtype).reshape(array.shape)
+
+
 def from_array(array: NDArray[Any], device: Any = "cpu") -> torch.Tensor:
     """A NumPy array (``ml_dtypes`` ones too) as a new tensor of the registry's torch dtype,
     its bits copied once into the tensor's storage (pinned first for a CUDA device)."""
@@ -581,6 +591,7 @@ __all__ = [
     "TorchMetadataError",
     "TorchRefusedError",
     "TorchSaveError",
+    "as_tensor",
     "bytes_of",
     "duplicate_names",
     "from_array",

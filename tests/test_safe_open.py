@@ -516,3 +516,25 @@ def test_pt_get_tensor_is_writable_and_the_file_unchanged(model: tuple[Path, Pat
         got["f16"] += 1
         assert not torch.equal(got["f16"], s.get_tensor("f16"))
     assert path.read_bytes() == before
+
+
+def _mapped_file_of(address: int) -> str | None:
+    """The file mapped at ``address`` in this process (``/proc/self/maps``), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if low <= address < high:
+            return fields[5].strip() if len(fields) == 6 else None
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc")
+def test_pt_get_tensor_on_the_cpu_lies_in_a_map_of_the_file(model: tuple[Path, Path]) -> None:
+    """With ``"mmap"`` a pt tensor is not copied: it lies in a (private) map of the file
+    itself, as safetensors' lies in its storage of the file, not in memory of its own."""
+    torch = _torch()
+    path = model[0]
+    with reference.safe_open(path, "pt") as s, reference.safe_open(path, "np") as n:
+        got = s.get_tensor("f16")
+        assert torch.equal(got, torch.from_numpy(np.array(n.get_tensor("f16"))))
+    assert _mapped_file_of(got.data_ptr()) == str(path.resolve())
