@@ -16,12 +16,14 @@ of huggingface/safetensors at 24b0b2857fef, the line numbers below are that file
   than the CPU is refused at open for NumPy, as there (lib.rs:613).
 * ``backend`` (lib.rs:332-364): ``"mmap"`` serves tensors from a map of the file,
   ``"pread"`` by positioned reads of the open file; anything else is refused at open
-  (``ValueError``).  Here ``"mmap"`` gives a NumPy ``get_tensor`` as a private,
-  copy-on-write map of the tensor's pages (``ACCESS_COPY``, ``MAP_PRIVATE``): writable, read
-  when touched, a write changing only this process's copy (safetensors copies the bytes into
-  a new array, lib.rs:825-837; its torch storage is ``UntypedStorage.from_file(...,
-  shared=False)``, copy-on-write too, lib.rs:704-741); ``"pread"`` reads the tensor into a
-  new array.  ``get_slice`` reads by ``preadv`` with either.
+  (``ValueError``).  Here ``"mmap"`` gives ``get_tensor`` as a view of one private,
+  copy-on-write map of the file (``ACCESS_COPY``, ``MAP_PRIVATE``), made on first use and
+  shared by every tensor taken from it: writable, read when touched, a write changing only
+  this process's copy, seen by every view of those bytes (safetensors' torch storage is the
+  same: one ``UntypedStorage.from_file(..., shared=False)`` per file, lib.rs:704-741, each
+  tensor a slice of it; its NumPy path copies the bytes into a new array, lib.rs:825-837);
+  ``"pread"`` reads the tensor into a new array.  ``get_slice`` reads by ``preadv`` with
+  either.
 * ``keys()`` is sorted (lib.rs:775-779); ``offset_keys()`` is in the order of the payloads
   (lib.rs:786-788; here slab order, then member by member); ``get_tensors()`` is
   ``{name: get_tensor(name)}`` in that order (lib.rs:1139-1158).
@@ -93,6 +95,7 @@ import operator
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -143,7 +146,10 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
         self._torch_index = kind == "pt"
-        self._read = _private_view if backend == "mmap" else _read_new
+        self._read = self._mapped_view if backend == "mmap" else _read_new
+        #: One private map per file a tensor was taken from (a set: by member), shared by
+        #: every tensor handed out of it, as safetensors' torch storage is one per file.
+        self._maps: dict[Path, mmap.mmap] = {}
         self._convert: Callable[[NDArray[Any]], Any] = _identity
         if kind == "pt":
             self._convert = _to_torch(device)
@@ -196,9 +202,9 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
         return None
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor: a writable, copy-on-write map of its pages (``backend="mmap"``)
-        or a new array (``"pread"``), as a NumPy array or, with ``"pt"``, a CPU tensor over
-        the same memory (a new tensor on another device)."""
+        """The whole tensor: a writable view of the file's private, copy-on-write map
+        (``backend="mmap"``) or a new array (``"pread"``), as a NumPy array or, with
+        ``"pt"``, a CPU tensor over the same memory (a new tensor on another device)."""
         opened = self._checked()
         if isinstance(opened, Reader):
             return self._convert(self._read(opened, opened.entry(name)))
@@ -234,11 +240,28 @@ class safe_open:  # safetensors' name, so that code written for it reads the sam
             return nullcontext(opened)
         return opened.lease(index, check_length=False)
 
+    def _mapped_view(self, reader: Reader, info: TensorInfo) -> NDArray[Any]:
+        """The payload of ``info`` as a writable array over the private map of the reader's
+        file (``ACCESS_COPY``: ``MAP_PRIVATE``), made on first use: nothing is read before
+        it is touched, and a write changes this process's copy, seen by every tensor taken
+        from this ``safe_open``, never the file.  One map per file, however many tensors
+        are kept: one descriptor and one mapping, not one per tensor."""
+        dtype = numpy_dtype(info.dtype)
+        if not info.length:  # no bytes to map
+            return np.empty(info.shape, dtype)
+        private = self._maps.get(reader.path)
+        if private is None:
+            made = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_COPY)
+            private = self._maps.setdefault(reader.path, made)  # another thread's, if first
+        array = np.frombuffer(private, dtype, info.length // dtype.itemsize, info.offset)
+        return array.reshape(info.shape)
+
     def close(self) -> None:
-        """Close the file; views and tensors handed out stay valid."""
+        """Close the file; views and tensors handed out stay valid (each holds its map)."""
         if self._opened is not None:
             self._opened.close()
             self._opened = None
+            self._maps = {}
 
     def __enter__(self) -> safe_open:
         return self
@@ -374,20 +397,6 @@ def pread_exact(fd: int, view: memoryview, offset: int) -> None:
         if got == 0:
             raise field_error("TRUNCATED", "file ended inside a payload", at, end, at)
         pending, at = pending[got:], at + got
-
-
-def _private_view(reader: Reader, info: TensorInfo) -> NDArray[Any]:
-    """The payload of ``info`` as a writable array over a private map of its pages
-    (``ACCESS_COPY``: ``MAP_PRIVATE``): nothing is read before it is touched, and a write
-    changes this process's copy only, never the file."""
-    dtype = numpy_dtype(info.dtype)
-    if not info.length:  # no bytes to map
-        return np.empty(info.shape, dtype)
-    start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
-    private = mmap.mmap(reader.fileno(), info.offset + info.length - start,
-                        access=mmap.ACCESS_COPY, offset=start)  # fmt: skip
-    array = np.frombuffer(private, dtype, info.length // dtype.itemsize, info.offset - start)
-    return array.reshape(info.shape)
 
 
 def _read_new(reader: Reader, info: TensorInfo) -> NDArray[Any]:

@@ -253,8 +253,13 @@ def test_backends_get_tensors_and_writable_arrays(model: tuple[Path, Path], back
                 raw = array.reshape(-1).view(np.uint8)  # the same bytes, for any dtype
                 raw[0] ^= 0xFF
                 assert raw[0] != f.tensor(name).reshape(-1).view(np.uint8)[0]
-                _same(s.get_tensor(name), f.tensor(name))  # a new map: the file's bytes
+                again = s.get_tensor(name).reshape(-1).view(np.uint8)
+                # "mmap": one map of the file, this process's copy; "pread": a new array
+                assert bool(again[0] == raw[0]) is (backend == "mmap"), name
     assert path.read_bytes() == before
+    with reference.open(path) as f, reference.safe_open(path, "np", backend=backend) as s:
+        for name in f.names():
+            _same(s.get_tensor(name), f.tensor(name))  # a new safe_open: the file's bytes
     with pytest.raises(ValueError, match="backend 'mmapp'"):
         reference.safe_open(path, "np", backend="mmapp")
 
@@ -513,9 +518,11 @@ def test_pt_get_tensor_is_writable_and_the_file_unchanged(model: tuple[Path, Pat
     with reference.safe_open(path, "pt") as s:
         got = s.get_tensors()
         assert list(got) == s.offset_keys()
-        got["f16"] += 1
-        assert not torch.equal(got["f16"], s.get_tensor("f16"))
+        got["f16"] += 1  # safetensors' pt tensors are slices of one storage: the same here
+        assert torch.equal(got["f16"], s.get_tensor("f16"))
     assert path.read_bytes() == before
+    with reference.safe_open(path, "pt") as s:
+        assert not torch.equal(got["f16"], s.get_tensor("f16"))
 
 
 def _mapped_file_of(address: int) -> str | None:
@@ -538,3 +545,25 @@ def test_pt_get_tensor_on_the_cpu_lies_in_a_map_of_the_file(model: tuple[Path, P
         got = s.get_tensor("f16")
         assert torch.equal(got, torch.from_numpy(np.array(n.get_tensor("f16"))))
     assert _mapped_file_of(got.data_ptr()) == str(path.resolve())
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux's /proc")
+def test_tensors_kept_from_one_file_hold_one_descriptor_not_one_each(tmp_path: Path) -> None:
+    """A state dict of many tensors kept from ``"mmap"`` needs one map of the file, not a map
+    (and a descriptor: Python's mmap keeps one) per tensor, which ran out of descriptors at
+    ``ulimit -n`` tensors."""
+    import reference.numpy as rn
+
+    path = tmp_path / "many.awq2"
+    rn.save_file({f"t{i}": np.full(4, i, np.float32) for i in range(300)}, path)
+
+    def descriptors() -> int:
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve())
+                   for fd in os.listdir("/proc/self/fd"))  # fmt: skip
+
+    with reference.safe_open(path, "np") as s:
+        opened = descriptors()
+        got = s.get_tensors()
+        assert descriptors() <= opened + 1
+    assert all(got[f"t{i}"][0] == i for i in range(300))
+    assert descriptors() <= 1
