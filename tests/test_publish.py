@@ -70,9 +70,18 @@ def _hidden(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if any(h in p.name for h in HIDDEN))
 
 
+#: What a child starts with: the stop signals at their defaults, whatever this process
+#: inherited (a test run under ``nohup`` ignores SIGHUP, and a child would inherit that).
+DEFAULT_STOPS = (
+    "import signal\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+)
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, check=False, timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", DEFAULT_STOPS + code], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
 
 
 # ------------------------------------------------------------------ 5: edits that overlap
@@ -178,11 +187,14 @@ def test_finding_6_a_kill_just_after_the_exchange_is_cleaned_up_by_the_next_run(
 # ------------------------------------------------------------------ 7: SIGTERM and SIGHUP
 
 
-def _signalled(tool: str, signum: int, tmp: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """``tool`` run in a child that sends itself ``signum`` in the middle of its work."""
+def _signalled(tool: str, signum: int, tmp: Path,
+               ignored: bool = False) -> tuple[subprocess.CompletedProcess[str], Path]:  # fmt: skip
+    """``tool`` run in a child that sends itself ``signum`` in the middle of its work (with
+    ``ignored``, a signal the child ignored from its start, as ``nohup`` starts a command)."""
+    prelude = f"signal.signal({int(signum)}, signal.SIG_IGN)\n" if ignored else ""
     if tool.startswith("convert"):
         dst = tmp / ("served" if tool == "convert-folder" else "model.awq2")
-        code = (
+        code = prelude + (
             "import os, sys\n"
             "from reference import convert\n"
             "from reference.conversion import steps\n"
@@ -199,7 +211,7 @@ def _signalled(tool: str, signum: int, tmp: Path) -> tuple[subprocess.CompletedP
         save_set(target, _tensors(), max_size=80_000, metadata={"base": 1})
     else:
         save(target, _tensors(), metadata={"base": 1})
-    code = (
+    code = prelude + (
         "import os, sys\n"
         "from reference import metaedit\n"
         "from reference.write import reindex\n"
@@ -229,6 +241,20 @@ def test_finding_7_sigterm_and_sighup_clean_up_say_one_line_and_exit_128_plus_si
     else:
         assert _hidden(target) == [] if target.is_dir() else True
         assert _metadata(target) == {"base": 1}  # unchanged
+
+
+@pytest.mark.parametrize("tool", ["convert-folder", "meta-set"])
+def test_a_hang_up_ignored_from_the_start_as_under_nohup_leaves_the_work_running(
+    tmp_path: Path, tool: str
+) -> None:
+    result, target = _signalled(tool, signal.SIGHUP, tmp_path, ignored=True)
+    assert result.returncode == 0, result
+    assert "interrupted" not in result.stderr
+    assert _hidden(tmp_path) == []
+    if tool == "convert-folder":
+        assert (target / "model.awq2").is_file()
+    else:
+        assert _metadata(target) == {"base": 1, "k": 1}
 
 
 # ------------------------------------------------------------------ 10: owner, group, mode

@@ -361,6 +361,13 @@ def _wait_for(condition: Callable[[], object], seconds: float) -> bool:
     return bool(condition())
 
 
+def _default_stops() -> None:
+    """In the runner's child, before it starts: SIGTERM and SIGHUP at their defaults (the
+    runner keeps a signal ignored from its start ignored, as ``nohup`` asks)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_stop_signal_kills_the_loader_and_removes_the_folders(
     tmp_path: Path, signum: signal.Signals
@@ -391,6 +398,7 @@ def test_a_stop_signal_kills_the_loader_and_removes_the_folders(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_stops,  # a test run under nohup would hand it SIGHUP ignored
     )
     pid = 0
     try:

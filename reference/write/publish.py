@@ -95,7 +95,9 @@ def signal_name(exc: BaseException) -> str:
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread while the block runs
-    (the previous handlers are put back after); elsewhere (another thread) nothing changes."""
+    (the previous handlers are put back after); elsewhere (another thread) nothing changes.
+    A signal ignored when the command started stays ignored: under ``nohup`` a hang-up
+    leaves the work running, as the user asked."""
     if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -103,7 +105,11 @@ def interruptible() -> Iterator[None]:
     def raise_interrupted(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
-    old = {s: signal.signal(s, raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {
+        s: signal.signal(s, raise_interrupted)
+        for s in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(s) != signal.SIG_IGN
+    }
     try:
         yield
     finally:
