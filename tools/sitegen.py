@@ -980,35 +980,57 @@ def tp_rules_region(_page: Path, _arg: str | None) -> str:
 SERVED = DOCS / "assets" / "served.json"
 
 
+#: The kinds of host the breadth matrix is measured on (``awq2_vllm.host.kind()``), in words.
+HOST_KINDS = {
+    "avx512-amx": "an x86 CPU with AVX-512 and AMX tiles",
+    "avx512": "an x86 CPU with AVX-512 and no AMX tiles",
+    "avx2": "an x86 CPU without AVX-512 (AVX2 only)",
+}
+
+
 def served_region(_page: Path, _arg: str | None) -> str:
     """The breadth matrix's verdicts (``docs/assets/served.json``, written and checked by
-    ``integrations/vllm/tests/cpu/test_breadth.py``): one row per checkpoint and TP size."""
+    ``integrations/vllm/tests/cpu/test_breadth.py``): for each kind of host measured, one row
+    per checkpoint and TP size."""
     document = json.loads(SERVED.read_text(encoding="utf-8"))
-    forms = ("file", "split set", "rank set")
-    cells: dict[tuple[str, str, int], dict[str, str]] = {}
-    for row in document["rows"]:
-        key = (row["fixture"], row["architecture"], row["tp"])
-        cells.setdefault(key, {"stock": row["stock"]})[row["form"]] = row["awq_v2"]
-    lines = [
-        "| checkpoint | architecture | TP | vLLM's stock path | file | split set | rank set |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for (fixture, architecture, tp), got in cells.items():
-        verdicts = " | ".join(got.get(form, "-") for form in forms)
-        lines.append(f"| {fixture} | `{architecture}` | {tp} | {got['stock']} | {verdicts} |")
-    served = sum(1 for got in cells.values() if got["stock"] == "served")
-    ours = sum(
-        1 for got in cells.values()
-        if got["stock"] == "served" and all(got.get(f) == "equal" for f in forms)
-    )  # fmt: skip
+    lines: list[str] = []
+    for kind, measured in document["hosts"].items():
+        lines += [f"**On {HOST_KINDS.get(kind, kind)}** (`{kind}`):", ""]
+        lines += _served_table(measured)
+        lines.append("")
     lines += [
-        "",
-        f"Measured on {document['vllm']} by `integrations/vllm/tests/cpu/test_breadth.py` "
-        f"(in CI): of the {served} cases vLLM's stock path serves, `awq_v2` serves {ours} "
-        "from every form with **equal** tokens and logprobs (the same 16 greedy tokens for "
-        "both prompts, every logprob difference 0); `refused: CODE` is the plugin's refusal.",
+        "Measured by `integrations/vllm/tests/cpu/test_breadth.py` (in CI, which compares a "
+        "run only with the rows of its own kind of host; `AWQ2_BREADTH_AS_AVX2=1` runs it as "
+        "an AVX2-only host does, on any x86 host). **equal**: the same 16 greedy tokens for "
+        "both prompts as vLLM's stock path, every logprob difference 0. **close**: where "
+        "stock has no kernel, against the checkpoint dequantised to its dense dtype and served "
+        "by stock vLLM, within the bounds of [Where vLLM has no 4-bit kernel]"
+        "(#where-vllm-has-no-4-bit-kernel). `refused: CODE` is the plugin's refusal.",
     ]
     return "\n".join(lines)
+
+
+def _served_table(measured: dict[str, Any]) -> list[str]:
+    forms = ("file", "split set", "rank set")
+    cells: dict[tuple[str, str, int], dict[str, str]] = {}
+    for row in measured["rows"]:
+        key = (row["fixture"], row["architecture"], row["tp"])
+        got = cells.setdefault(key, {"stock": row["stock"], "dense": row.get("dense", "-")})
+        got[row["form"]] = row["awq_v2"]
+    dense = any(got["dense"] != "-" for got in cells.values())
+    head = "| checkpoint | architecture | TP | vLLM's stock path |" + (
+        " dense model |" if dense else "")  # fmt: skip
+    lines = [head + " file | split set | rank set |", "|---" * (7 + dense) + "|"]
+    for (fixture, architecture, tp), got in cells.items():
+        verdicts = " | ".join(got.get(form, "-") for form in forms)
+        middle = f" {got['dense']} |" if dense else ""
+        lines.append(f"| {fixture} | `{architecture}` | {tp} | {got['stock']} |{middle} "
+                     f"{verdicts} |")  # fmt: skip
+    reference = [g for g in cells.values() if g["stock"] == "served" or g["dense"] == "served"]
+    ours = sum(1 for g in reference if all(g.get(f) in ("equal", "close") for f in forms))
+    lines += ["", f"{measured['vllm']}: of the {len(reference)} cases the reference serves, "
+              f"`awq_v2` serves {ours} from every form."]  # fmt: skip
+    return lines
 
 
 # ------------------------------------------------------------------------------ documents

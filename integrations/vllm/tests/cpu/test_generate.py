@@ -12,7 +12,9 @@ about a minute on 2 cores."""
 from __future__ import annotations
 
 import pytest
-from serving import REAL
+from serving import REAL, needs_stock_4bit
+
+pytestmark = needs_stock_4bit
 
 
 def _max_logprob_difference(a: dict, b: dict) -> float:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from generate import PROMPTS
+from serving import needs_stock_4bit
 
 OLD = os.environ.get("AWQ2_OLD_VLLM")
 
@@ -48,6 +49,7 @@ def _run(model: str, how: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+@needs_stock_4bit
 def test_a_stock_model_runs_beside_an_unsupported_vllm(runs):
     stock = Path(runs["results"]["autoawq_gemm_g128/stock"]["model"])
     code, log = _run(str(stock), "stock")

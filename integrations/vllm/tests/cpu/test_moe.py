@@ -11,8 +11,9 @@ import shutil
 
 import pytest
 from checkpoints import awq_moe
-from serving import CHECKOUT, convert, generate
+from serving import CHECKOUT, convert, generate, needs_amx
 
+pytestmark = needs_amx
 BREADTH = CHECKOUT / "tests" / "fixtures" / "breadth"
 MOE = ("mixtral", "qwen3_moe")
 

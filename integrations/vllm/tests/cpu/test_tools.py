@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from serving import CHECKOUT
+from serving import CHECKOUT, needs_stock_4bit
 
 
 def test_gpu_check_says_it_needs_a_gpu():
@@ -18,6 +18,7 @@ def test_gpu_check_says_it_needs_a_gpu():
     assert "no CUDA GPU" in done.stdout
 
 
+@needs_stock_4bit
 def test_bench_vllm_prints_both_paths_side_by_side(tmp_path):
     env = {**os.environ, "PYTHONPATH": ""}
     done = subprocess.run([sys.executable, str(CHECKOUT / "bench" / "bench_vllm.py"), "--shape",

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from serving import convert, generate
+from serving import convert, generate, needs_stock_4bit
 
 from reference.examples import LlamaShape, write_checkpoint
 from reference.format.reader import Reader
 from reference.sets.setmanifest import read_manifest
+
+pytestmark = needs_stock_4bit
 
 
 @pytest.fixture(scope="module")
