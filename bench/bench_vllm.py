@@ -62,8 +62,11 @@ LABELS = {
 # ------------------------------------------------------------------------- the child: one load
 
 
-def child(model: str, quantization: str) -> None:
-    """Load ``model`` once in this process and print the measurements as one JSON line."""
+def timed_llm(model: str, quantization: str | None, **llm_kwargs: Any) -> tuple[Any, dict]:
+    """``vllm.LLM`` for ``model`` built in this process, and the seconds it took: ``llm_s``
+    (the whole construction), ``load_weights_s`` and ``process_s`` (vLLM's own functions,
+    wrapped), ``load_phase_s`` (both).  ``quantization`` ``"awq_v2"`` also takes the plugin's
+    load format; None is the stock path for an unquantised or self-describing checkpoint."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
@@ -93,14 +96,21 @@ def child(model: str, quantization: str) -> None:
         return real_load_model(self, *args, **kwargs)
 
     base_loader.BaseModelLoader.load_model = load_model  # type: ignore[method-assign]
-    extra = {"load_format": "awq_v2"} if quantization == "awq_v2" else {}
+    extra: dict[str, Any] = {"quantization": quantization} if quantization else {}
+    if quantization == "awq_v2":
+        extra["load_format"] = "awq_v2"
     t0 = time.perf_counter()
-    llm = LLM(model=model, quantization=quantization, skip_tokenizer_init=True, dtype="float16",
-              enforce_eager=True, max_model_len=128, **extra)  # fmt: skip
-    llm_s = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"llm_s": llm_s, **spent, "load_phase_s": spent["load_weights_s"] + spent["process_s"],
-           "peak_rss_mib": rss}  # fmt: skip
+    llm = LLM(model=model, skip_tokenizer_init=True, dtype="float16", enforce_eager=True,
+              **{"max_model_len": 128, **llm_kwargs}, **extra)  # fmt: skip
+    out = {"llm_s": time.perf_counter() - t0, **spent,
+           "load_phase_s": spent["load_weights_s"] + spent["process_s"]}  # fmt: skip
+    return llm, out
+
+
+def child(model: str, quantization: str) -> None:
+    """Load ``model`` once in this process and print the measurements as one JSON line."""
+    llm, out = timed_llm(model, quantization)
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("BENCH " + json.dumps(out), flush=True)
     del llm
 

@@ -107,9 +107,8 @@ def kernel_path(version: str) -> str:
     if current_platform.is_cuda() and hasattr(marlin_utils, "apply_gptq_marlin_linear"):
         return "marlin"
     platform = type(current_platform).__name__
-    if current_platform.is_cpu():
-        torch_int4 = all(host.has_op("aten", op) for op in OPS)
-        if cpu_kernels_present() or torch_int4:
+    if current_platform.is_cpu() and (cpu_kernels_present() or host.vllm_cpu_build()):
+        if cpu_kernels_present() or all(host.has_op("aten", op) for op in OPS):
             return "cpu"
         raise PluginError(
             "PLATFORM_UNSUPPORTED", "vllm", "a CPU kernel for 4-bit layers: vLLM's "

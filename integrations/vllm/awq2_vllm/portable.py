@@ -60,6 +60,45 @@ def unpack_columns(words: torch.Tensor) -> torch.Tensor:
     return fields.reshape(words.shape[0], -1)
 
 
+def group_for_torch(group_size: int, k: int) -> int | None:
+    """The group torch's GEMM runs a layer of ``k`` inputs with: its own, or 128 for a
+    channelwise layer (its scale repeated); None when torch takes neither."""
+    if group_size == -1:
+        return CHANNEL_GROUP if k % CHANNEL_GROUP == 0 else None
+    return group_size if group_size in TORCH_GROUP_SIZES and k % group_size == 0 else None
+
+
+def for_torch(
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    group_size: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A layer's codes ``[n, k]`` (0 .. 15), scales ``[G, n]`` and zero points ``[G, n]``
+    (None: every one 8) as torch's GEMM takes them: the codes packed ``uint8 [n, k // 2]``,
+    ``scales_and_zeros [G', n, 2]`` in ``dtype`` (``zero = (8 - z) * s``, computed in float32
+    and rounded once), and the group size torch runs it with."""
+    k = codes.shape[1]
+    group = group_for_torch(group_size, k)
+    if group is None:
+        raise ValueError(f"group size {group_size} with k = {k}")
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+        codes.to(torch.int32).contiguous(), 1)  # fmt: skip
+    s = scales.float()
+    offset = torch.zeros_like(s) if zeros is None else (8.0 - zeros.float()) * s
+    if group != group_size:  # channelwise: one scale for every group of the column
+        s, offset = s.repeat(k // group, 1), offset.repeat(k // group, 1)
+    return packed, torch.stack([s, offset], dim=-1).to(dtype).contiguous(), group
+
+
+def mm(x: torch.Tensor, packed: torch.Tensor, group: int, scales_and_zeros: torch.Tensor):
+    """``x [m, k] @ w.T`` for a layer :func:`for_torch` made (``x`` in its dtype)."""
+    if x.dtype != scales_and_zeros.dtype:
+        x = x.to(scales_and_zeros.dtype)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, scales_and_zeros)
+
+
 class TorchInt4LinearKernel(MPLinearKernel):
     """uint4 (with zero points) and uint4b8 weights, fp16 or bf16 activations, through torch's
     ``_weight_int4pack_mm_for_cpu``."""
@@ -79,9 +118,7 @@ class TorchInt4LinearKernel(MPLinearKernel):
         if c.act_type not in (torch.float16, torch.bfloat16):
             return False, f"activations {c.act_type}: float16 or bfloat16 only"
         k, gs = c.partition_weight_shape[0], c.group_size
-        if gs == -1 and k % CHANNEL_GROUP == 0:
-            return True, None
-        if gs not in TORCH_GROUP_SIZES or k % gs:
+        if group_for_torch(gs, k) is None:
             return False, (f"group size {gs} with k = {k}: torch's int4 GEMM takes groups of "
                            f"{', '.join(map(str, TORCH_GROUP_SIZES))} dividing k")  # fmt: skip
         return True, None
@@ -89,26 +126,14 @@ class TorchInt4LinearKernel(MPLinearKernel):
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         c = self.config
         w_q, w_s = getattr(layer, self.w_q_name), getattr(layer, self.w_s_name)
-        k = c.partition_weight_shape[0]
         codes = unpack_rows(w_q.data)  # int32 [k, n]
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.t().contiguous(), 1)
-        scales = w_s.data.float()  # [G, n]
-        if c.zero_points:
-            zeros = unpack_columns(getattr(layer, self.w_zp_name).data).float()  # [G, n]
-            offset = (8.0 - zeros) * scales
-        else:  # uint4b8: the zero point is 8
-            offset = torch.zeros_like(scales)
-        self.group = c.group_size
-        if self.group == -1:
-            self.group = CHANNEL_GROUP
-            repeat = k // CHANNEL_GROUP
-            scales, offset = scales.repeat(repeat, 1), offset.repeat(repeat, 1)
-        scales_and_zeros = torch.stack([scales, offset], dim=-1).to(c.act_type).contiguous()
+        zeros = unpack_columns(getattr(layer, self.w_zp_name).data) if c.zero_points else None
+        packed, scales_and_zeros, self.group = for_torch(
+            codes.t(), w_s.data, zeros, c.group_size, c.act_type)  # fmt: skip
         w_q.data = packed  # uint8 [n, k // 2]: the weights stay 4-bit
         w_s.data = scales_and_zeros  # [G, n, 2]
         if self.w_zp_name is not None and getattr(layer, self.w_zp_name, None) is not None:
             setattr(layer, self.w_zp_name, None)
-        layer.awq2_portable_k = k
 
     def apply_weights(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
@@ -116,13 +141,17 @@ class TorchInt4LinearKernel(MPLinearKernel):
         w_q, w_s = getattr(layer, self.w_q_name), getattr(layer, self.w_s_name)
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        if flat.dtype != w_s.dtype:
-            flat = flat.to(w_s.dtype)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, w_q, self.group, w_s)
-        out = out.reshape(*shape[:-1], out.shape[-1]).to(x.dtype)
+        out = mm(flat, w_q, self.group, w_s).reshape(*shape[:-1], -1).to(x.dtype)
         if bias is not None:
             out = out + bias
         return out
 
 
-__all__ = ["TorchInt4LinearKernel", "unpack_columns", "unpack_rows"]
+__all__ = [
+    "TorchInt4LinearKernel",
+    "for_torch",
+    "group_for_torch",
+    "mm",
+    "unpack_columns",
+    "unpack_rows",
+]

@@ -52,8 +52,8 @@ def digest(model: Any) -> dict[str, list[Any]]:
         for name, param in module.named_parameters(recurse=False):
             role = ROLES.get(name, name)
             data = param.detach().cpu().contiguous()
-            raw = data.view(torch.uint8) if data.numel() else data
-            sha = hashlib.sha256(raw.numpy().tobytes()).hexdigest()
+            # as bytes, whatever the dtype (NumPy has no bfloat16, even for an empty tensor)
+            sha = hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
             out[f"{module_name}/{role}"] = [str(data.dtype), list(data.shape), sha]
         if hasattr(module, "isa_hint"):  # the CPU WNA16 kernel's choice of code path
             out[f"{module_name}/isa_hint"] = [module.isa_hint]

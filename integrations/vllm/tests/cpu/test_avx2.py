@@ -14,7 +14,9 @@ the runs are what they would be anyway.  This runs on every host, in every CI ru
   says (a near-tie may part a sequence; up to there every logprob within the bound);
 * forms: the four real checkpoints converted to a file; one as a size-split set and through
   the seed's fallback (the checkpoint itself); the example Llama at TP 2 as a rank set and as
-  one file (two CPU workers, each started with the same ``sitecustomize``).
+  one file (two CPU workers, each started with the same ``sitecustomize``); an AutoAWQ MoE
+  checkpoint (experts with zero points) as a file at TP 1 and a rank set at TP 2, through the
+  plugin's own MoE method.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import os
 import shutil
 
 import pytest
+from checkpoints import awq_moe
 from dense import LOGPROB_BOUND, TIE_MARGIN, TOP, compare, dequantised
-from serving import HERE, REAL, checkpoint, convert, generate
+from serving import CHECKOUT, HERE, REAL, checkpoint, convert, generate
 
 from reference.examples import LlamaShape, write_checkpoint
 
@@ -57,20 +60,30 @@ def avx2(tmp_path_factory):
     for form, folder in (("split set", split), ("fallback", src)):
         jobs.append({"name": f"autoawq_gemm_g128/{form}", "model": str(folder),
                      "quantization": "awq_v2"})  # fmt: skip
+    moe = awq_moe(CHECKOUT / "tests" / "fixtures" / "breadth" / "qwen3_moe", tmp / "moe-src")
+    moe_file = convert(moe, tmp / "moe-file")
+    moe_ranked = convert(moe, tmp / "moe-tp2", "--tp", "2")
+    moe_dense = dequantised(moe_file, tmp / "moe-dense", "float16")
+    for tp, form, folder in ((1, "file", moe_file), (2, "rank set", moe_ranked)):
+        jobs.append({"name": f"moe/tp{tp}/dense", "model": str(moe_dense), "tp": tp,
+                     "quantization": None, "top_logprobs": TOP, "ignore_eos": True})  # fmt: skip
+        jobs.append({"name": f"moe/tp{tp}/{form}", "model": str(folder), "tp": tp,
+                     "quantization": "awq_v2", "ignore_eos": True})  # fmt: skip
     run1 = tmp / "tp1"
     run1.mkdir()
-    got = generate(jobs, run1, _env())
+    got = generate([j for j in jobs if j.get("tp", 1) == 1], run1, _env())
 
     v1 = write_checkpoint(tmp / "llama", LlamaShape())
     single = convert(v1, tmp / "llama-file")
     ranked = convert(v1, tmp / "llama-tp2", "--tp", "2")
     dense = dequantised(single, tmp / "llama-dense", "float16")
-    jobs2 = [{"name": "llama/dense", "model": str(dense), "quantization": None, "tp": 2,
-              "top_logprobs": TOP},
-             {"name": "llama/rank set", "model": str(ranked), "quantization": "awq_v2",
-              "tp": 2},
-             {"name": "llama/file", "model": str(single), "quantization": "awq_v2",
-              "tp": 2}]  # fmt: skip
+    jobs2 = [j for j in jobs if j.get("tp", 1) == 2]
+    jobs2 += [{"name": "llama/dense", "model": str(dense), "quantization": None, "tp": 2,
+               "top_logprobs": TOP},
+              {"name": "llama/rank set", "model": str(ranked), "quantization": "awq_v2",
+               "tp": 2},
+              {"name": "llama/file", "model": str(single), "quantization": "awq_v2",
+               "tp": 2}]  # fmt: skip
     run2 = tmp / "tp2"
     run2.mkdir()
     got2 = generate(jobs2, run2, _env({"VLLM_CPU_OMP_THREADS_BIND": "0|1"}))
@@ -136,3 +149,12 @@ def test_a_split_set_and_the_fallback_are_served_the_same(avx2, form):
 @pytest.mark.parametrize("form", ["rank set", "file"])
 def test_tp_2_generates_what_the_dense_model_generates(avx2, form):
     _check(avx2, "llama/dense", f"llama/{form}")
+
+
+@pytest.mark.parametrize(("tp", "form"), [(1, "file"), (2, "rank set")])
+def test_moe_experts_with_zero_points_generate_what_the_dense_model_generates(avx2, tp, form):
+    """An AutoAWQ Qwen3-MoE checkpoint (random 4-bit experts with zero points): its experts go
+    through the plugin's own MoE method on torch's int4 GEMM (vLLM's CPU build has no WNA16
+    MoE backend without AMX)."""
+    _check(avx2, f"moe/tp{tp}/dense", f"moe/tp{tp}/{form}")
+    assert "Using AWQv2PortableMoEMethod (torch's int4 GEMM) for the experts" in avx2["log"]

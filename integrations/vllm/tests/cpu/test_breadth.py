@@ -5,7 +5,8 @@ form ``awq2-convert`` writes: a file, a size-split set and a rank set (cut for t
 
 A case stock serves must be served through ``awq_v2`` with the same 16 greedy tokens for both
 prompts and the same logprob of every one (difference 0): ``equal``.  On a CPU where vLLM has
-no 4-bit kernel (no AVX-512: stock fails every case), the reference is the checkpoint
+no 4-bit kernel (no AVX-512: stock fails every case; no AMX: stock fails the MoE cases), the
+reference is the checkpoint
 dequantised to its dense dtype and served by stock vLLM (``dense.py``), and ``awq_v2`` must
 match it as ``dense.compare`` says: ``close``.  What ``awq_v2`` refuses is recorded with the
 plugin's error code.
@@ -39,8 +40,9 @@ SERVED = CHECKOUT / "docs" / "assets" / "served.json"
 #: The MoE fixtures (mixtral, qwen3_moe) are symmetric W4A16: vLLM's CPU build serves MoE
 #: experts only so (its "CPU" WNA16 MoE backend, ``CPUExpertsInt4``, takes ``kInt4Static``,
 #: symmetric, and needs AMX: ``fused_moe/experts/cpu_moe.py``), and only on a CPU with AMX
-#: tiles; on one without, stock fails too ("No WNA16 MoE backend supports the deployment
-#: configuration") and the matrix records it.
+#: tiles; on one without, stock fails ("No WNA16 MoE backend supports the deployment
+#: configuration") and the plugin serves them through torch's int4 GEMM, against the dense
+#: model.
 FIXTURES = sorted(p.name for p in BREADTH.iterdir() if (p / "config.json").is_file())
 #: What a served folder needs of a fixture (recipe.json and recipe.yaml are its provenance).
 KEEP = ("config.json", "generation_config.json", "model.safetensors")
@@ -52,9 +54,14 @@ TP_SIZES = (1, 2)
 AS_AVX2 = os.environ.get("AWQ2_BREADTH_AS_AVX2") == "1"
 #: The kind of host the verdicts are of.
 HOST = "avx2" if AS_AVX2 else KIND
-#: Where stock vLLM has no 4-bit kernel, the dense model is the reference.
-DENSE = HOST == "avx2"
 MOE = ("mixtral", "qwen3_moe")
+
+
+def _dense_reference(fixture: str) -> bool:
+    """Whether stock vLLM lacks the kernel for ``fixture`` on this kind of host, so that the
+    dense model is the reference: every 4-bit layer without AVX-512 (no ``cpu_gemm_wna16``),
+    MoE experts without AMX (no WNA16 MoE backend)."""
+    return HOST == "avx2" or (fixture in MOE and HOST != "avx512-amx")
 
 
 def _env(tp: int) -> dict[str, str]:
@@ -97,7 +104,9 @@ def matrix(tmp_path_factory):
         }
         for tp in TP_SIZES:
             folders[f"rank set {tp}"] = convert(src, out / f"tp{tp}", "--tp", str(tp))
-        dense = dequantised(folders["file"], tmp / "dense" / fixture, dtype) if DENSE else None
+        dense = None
+        if _dense_reference(fixture):
+            dense = dequantised(folders["file"], tmp / "dense" / fixture, dtype)
         for tp in TP_SIZES:
             common = {"tp": tp, "dtype": dtype, "record_errors": True}
             jobs[tp].append({"name": f"{fixture}/tp{tp}/stock", "model": str(src),
@@ -162,17 +171,23 @@ def test_what_stock_serves_is_served_with_the_same_tokens_and_logprobs(matrix, f
         ours = matrix["results"][f"{fixture}/tp{r['tp']}/{r['form']}"]
         if r["awq_v2"] not in ("equal", "served"):
             print(f"{fixture} TP {r['tp']} {r['form']}: {ours.get('error', '')[:600]}")
-    if fixture in MOE and HOST != "avx512-amx":
-        # the verdicts are still recorded (served.json); the comparison needs a kernel
-        assert all(r["stock"] == "failed" for r in rows), rows
-        pytest.skip(f"{fixture}: MoE experts on a host of kind {HOST}: "
-                    "vLLM's only CPU WNA16 MoE backend (CPUExpertsInt4) needs AMX tiles "
-                    "(amx_tile), and the plugin's own MoE method on torch's int4 GEMM is not "
-                    "built yet (issue 46): stock and awq_v2 both refuse")  # fmt: skip
     stock_served = [r for r in rows if r["stock"] == "served"]
-    if DENSE:
-        assert all(r["stock"] == "failed" and r["dense"] == "served" for r in rows), rows
-        assert [r for r in rows if r["awq_v2"] != "close"] == []
+    if _dense_reference(fixture):
+        for r in [r for r in rows if r["dense"] != "served"]:  # vLLM's own dense path failed
+            error = matrix["results"][f"{fixture}/tp{r['tp']}/dense"]["error"]
+            print(f"{fixture} TP {r['tp']}: the dense model fails in vLLM too: {error[-300:]}")
+        for r in rows:
+            dense = matrix["results"][f"{fixture}/tp{r['tp']}/dense"]
+            ours = matrix["results"][f"{fixture}/tp{r['tp']}/{r['form']}"]
+            if "error" not in dense and "error" not in ours:
+                for p, v in enumerate(compare(dense, ours)):
+                    print(f"{fixture} TP {r['tp']} {r['form']} vs dense, prompt {p}: parted "
+                          f"{'no' if v['parted_at'] is None else v['parted_at']}, max logprob "
+                          f"difference {v['max_difference']:.4g}")  # fmt: skip
+        assert all(r["stock"] == "failed" for r in rows), rows
+        dense_served = [r for r in rows if r["dense"] == "served"]
+        assert dense_served, f"vLLM's dense path served no case of {fixture}"
+        assert [r for r in dense_served if r["awq_v2"] != "close"] == []
         return
     assert stock_served, f"vLLM's stock path served no case of {fixture}"
     assert [r for r in stock_served if r["awq_v2"] != "equal"] == []
