@@ -17,9 +17,12 @@ import os
 
 os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
 
-import torch
+try:
+    import torch
+except ImportError:  # a Python without torch (a tool's venv): nothing to make believe
+    torch = None
 
 for _probe in ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_avx512_vnni_supported",
                "_is_amx_tile_supported", "_is_amx_fp16_supported"):  # fmt: skip
-    if hasattr(torch.cpu, _probe):
+    if torch is not None and hasattr(torch.cpu, _probe):
         setattr(torch.cpu, _probe, lambda: False)
